@@ -1,0 +1,61 @@
+"""replay-proxy command line: serve | check."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from proxy.check import DocumentError, iter_documents, report_json, report_lines
+from proxy.config import Config, ConfigError, load_config
+from proxy.gate import inspect
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="replay-proxy", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    check = commands.add_parser("check", help="gate logged request bodies offline")
+    check.add_argument("file", help="a request body, an array of items, or JSON Lines; - = stdin")
+    check.add_argument("--config", help="a proxy config: pinned schemas and gate settings")
+    check.add_argument("--json", action="store_true", help="one JSON verdict per document")
+
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config) if args.config else Config()
+    except ConfigError as exc:
+        print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    return run_check(args.file, config, as_json=args.json)
+
+
+def run_check(path: str, config: Config, *, as_json: bool) -> int:
+    name = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except OSError as exc:
+        print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
+        return 2
+    out: list[str] = []
+    dirty = False
+    try:
+        for document in iter_documents(name, data):
+            verdict = inspect(document.body, config.gate)
+            dirty = dirty or bool(verdict.findings)
+            if as_json:
+                out.append(report_json(verdict))
+            else:
+                out.extend(report_lines(name, document, verdict))
+    except DocumentError as exc:
+        print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    sys.stdout.write("".join(line + "\n" for line in out))
+    return 1 if dirty else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""YAML config -> frozen, validated dataclasses; every mistake is a ConfigError naming its key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonschema
+import yaml
+
+from proxy.gate import ACTIONS, ALL_REASONS, Policy
+
+
+class ConfigError(Exception):
+    """The config cannot be used; the message names the key."""
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+_SECONDS = {"type": "number", "exclusiveMinimum": 0}
+_ACTION = {"enum": list(ACTIONS)}
+
+# The shape of the file; values are checked further where the dataclasses are built.
+CONFIG_SCHEMA: dict[str, Any] = _object(
+    {
+        "listen": _object(
+            {
+                "host": {"type": "string", "minLength": 1},
+                "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+            }
+        ),
+        "upstream": _object(
+            {
+                "url": {"type": "string", "minLength": 1},
+                "connect_timeout_s": _SECONDS,
+                "read_timeout_s": _SECONDS,
+            }
+        ),
+        "gate": _object(
+            {
+                "action": _ACTION,
+                "actions": {
+                    "type": "object",
+                    "propertyNames": {"enum": list(ALL_REASONS)},
+                    "additionalProperties": _ACTION,
+                },
+                "allow_missing_status": {"type": "boolean"},
+                "require_provenance": {"type": "boolean"},
+                "max_cached_verdicts": {"type": "integer", "minimum": 1},
+            }
+        ),
+        "tools": {"type": "object", "additionalProperties": {"type": ["object", "boolean"]}},
+        "audit": _object(
+            {
+                "path": {"type": "string", "minLength": 1},
+                "include_arguments": {"type": "boolean"},
+            }
+        ),
+        "limits": _object(
+            {
+                "max_body_bytes": {"type": "integer", "minimum": 1},
+            }
+        ),
+    }
+)
+_CONFIG_VALIDATOR = jsonschema.Draft202012Validator(CONFIG_SCHEMA)
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str = "127.0.0.1"
+    port: int = 8787
+
+
+@dataclass(frozen=True)
+class Upstream:
+    url: str = "http://127.0.0.1:8000"
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"url: {self.url!r} is not an http(s) URL with a host")
+        if parts.query or parts.fragment:
+            raise ValueError(f"url: {self.url!r} may not carry a query or fragment")
+
+
+@dataclass(frozen=True)
+class Audit:
+    path: str = "-"
+    include_arguments: bool = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Config:
+    listen: Listen = field(default_factory=Listen)
+    upstream: Upstream = field(default_factory=Upstream)
+    gate: Policy = field(default_factory=Policy)
+    audit: Audit = field(default_factory=Audit)
+    limits: Limits = field(default_factory=Limits)
+
+    def with_overrides(
+        self, *, upstream: str | None = None, host: str | None = None, port: int | None = None
+    ) -> Config:
+        """The config with command-line flags applied over the file's values."""
+        config = self
+        try:
+            if upstream is not None:
+                config = replace(config, upstream=replace(config.upstream, url=upstream))
+        except ValueError as exc:
+            raise ConfigError(f"--upstream: {exc}") from None
+        if host is not None:
+            config = replace(config, listen=replace(config.listen, host=host))
+        if port is not None:
+            config = replace(config, listen=replace(config.listen, port=port))
+        return config
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a YAML config file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return parse_config({} if data is None else data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def parse_config(data: Any) -> Config:
+    """Build a Config from parsed YAML; an unknown key or a bad value raises ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError("the config must be a mapping of sections")
+    errors = sorted(_CONFIG_VALIDATOR.iter_errors(data), key=lambda e: list(map(str, e.path)))
+    if errors:
+        raise ConfigError(_explain(errors[0]))
+    sections: dict[str, Any] = {}
+    for name, cls in (
+        ("listen", Listen),
+        ("upstream", Upstream),
+        ("audit", Audit),
+        ("limits", Limits),
+    ):
+        try:
+            sections[name] = cls(**data.get(name, {}))
+        except ValueError as exc:
+            raise ConfigError(f"{name}.{exc}") from None
+    try:
+        policy = Policy(**data.get("gate", {}), tools=data.get("tools", {}))
+    except ValueError as exc:
+        key = str(exc)
+        raise ConfigError(key if key.startswith("tools.") else f"gate.{key}") from None
+    return Config(gate=policy, **sections)
+
+
+def _explain(error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        unknown = sorted(k for k in error.instance if k not in known)
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        return f"{key}: unknown key"
+    if error.validator == "propertyNames":
+        return f"{where}.{error.instance}: unknown reason"
+    return f"{where or 'config'}: {error.message}"

@@ -1,0 +1,408 @@
+"""The replay gate: pair each function_call_output with its call, decide if it may be replayed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from jsonschema.exceptions import SchemaError
+
+from proxy import items, strictjson
+from proxy.items import Item
+from proxy.schemas import LRU, Compiled, SchemaCache, Violation, compile_schema
+
+Action = Literal["block", "strip", "log"]
+Outcome = Literal["forward", "strip", "block"]
+
+ACTIONS: tuple[Action, ...] = ("block", "strip", "log")
+# Checked in this order; the first that applies wins.
+REASONS = (
+    "orphan",
+    "duplicate_call_id",
+    "provenance",
+    "namespaced",
+    "not_function_call",
+    "status",
+    "arguments_type",
+    "arguments_parse",
+    "unknown_tool",
+    "arguments_schema",
+)
+ENVELOPE = "envelope"
+ALL_REASONS = (*REASONS, ENVELOPE)
+
+
+class Recorded(Protocol):
+    """What the proxy recorded of earlier upstream responses (the ledger), as the gate sees it."""
+
+    def calls(self, call_id: str) -> Sequence[Item]:
+        """Items answering `call_id` in the `previous_response_id` chain of this request."""
+        ...
+
+    def item(self, item_id: str) -> Item | None:
+        """The recorded item an `item_reference` names, if any."""
+        ...
+
+    def emitted(self, call: Item) -> bool:
+        """Whether an upstream response emitted this call (same `call_id`, `name`, `arguments`)."""
+        ...
+
+
+class NothingRecorded:
+    """No ledger: only inline items pair, and nothing counts as emitted upstream."""
+
+    def calls(self, call_id: str) -> Sequence[Item]:
+        return ()
+
+    def item(self, item_id: str) -> Item | None:
+        return None
+
+    def emitted(self, call: Item) -> bool:
+        return False
+
+
+NOTHING_RECORDED = NothingRecorded()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One rejected replay: the output at `index` and why its paired item fails the gate."""
+
+    index: int
+    reason: str
+    action: Action
+    call_id: str | None = None
+    paired_index: int | None = None
+    name: str | None = None
+    fail: tuple[Violation, ...] = ()
+    arguments: Any = None
+
+    def as_dict(self, *, include_arguments: bool = False) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "index": self.index,
+            "call_id": self.call_id,
+            "paired_index": self.paired_index,
+            "name": self.name,
+            "reason": self.reason,
+        }
+        if self.reason == "arguments_schema":
+            found["fail"] = [v.as_dict() for v in self.fail]
+        if include_arguments:
+            found["arguments"] = self.arguments
+        return found
+
+    def describe(self) -> str:
+        where = f"input[{self.index}]"
+        if self.call_id is not None:
+            where += f" (call_id {self.call_id})"
+        if self.reason == ENVELOPE:
+            return f"{where}: a Chat Completions message inside input: envelope"
+        if self.reason == "orphan":
+            return f"{where}: no function_call with this call_id precedes it: orphan"
+        detail = self.reason
+        if self.fail:
+            detail += " at " + ", ".join(f"{v.path or '/'} ({v.reason})" for v in self.fail)
+        return f"{where}: paired function_call failed the replay gate: {detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The gate's decision for one request; `input` is what to forward when the outcome is strip."""
+
+    outcome: Outcome
+    findings: tuple[Finding, ...] = ()
+    input: list[Any] | None = None
+
+    def count(self, action: Action) -> int:
+        return sum(1 for f in self.findings if f.action == action)
+
+    def header(self) -> str | None:
+        """The `x-replay-gate` value for a forwarded request that had findings."""
+        parts = [
+            f"{a}={n}"
+            for a, n in (("stripped", self.count("strip")), ("logged", self.count("log")))
+            if n
+        ]
+        return ", ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The gate's settings: actions, pinned schemas (checked and compiled here), and its caches.
+
+    Raises ValueError naming the setting when one is wrong.
+    """
+
+    action: Action = "block"
+    actions: Mapping[str, Action] = field(default_factory=dict)
+    allow_missing_status: bool = False
+    require_provenance: bool = False
+    tools: Mapping[str, Any] = field(default_factory=dict)
+    max_cached_verdicts: int = 65536
+    schemas: SchemaCache = field(default_factory=SchemaCache, compare=False, repr=False)
+    pinned: Mapping[str, Compiled] = field(init=False, compare=False, repr=False)
+    verdicts: LRU[tuple[tuple[int, ...], str], tuple[str, tuple[Violation, ...]] | str] = field(
+        init=False, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"action: {self.action!r} is not one of {', '.join(ACTIONS)}")
+        for reason, action in self.actions.items():
+            if reason not in ALL_REASONS:
+                raise ValueError(f"actions.{reason}: unknown reason")
+            if action not in ACTIONS:
+                raise ValueError(f"actions.{reason}: {action!r} is not one of {', '.join(ACTIONS)}")
+        pinned = {}
+        for name, schema in self.tools.items():
+            try:
+                pinned[name] = compile_schema(schema, self.schemas.next_key())
+            except SchemaError as exc:
+                raise ValueError(f"tools.{name}: not a valid JSON Schema: {exc.message}") from None
+        object.__setattr__(self, "pinned", pinned)
+        object.__setattr__(self, "verdicts", LRU(self.max_cached_verdicts))
+
+    def action_for(self, reason: str) -> Action:
+        return self.actions.get(reason, self.action)
+
+
+def inspect(body: Any, policy: Policy, recorded: Recorded = NOTHING_RECORDED) -> Verdict:
+    """Gate every `function_call_output` in the body's `input`; never raises on any JSON value."""
+    if not isinstance(body, Mapping):
+        return Verdict("forward")
+    input_items = body.get("input")
+    if not isinstance(input_items, list):
+        return Verdict("forward")
+    return _Inspection(body, input_items, policy, recorded).run()
+
+
+class _Inspection:
+    """One request's pass over its `input`."""
+
+    def __init__(
+        self, body: Mapping[str, Any], input_items: list[Any], policy: Policy, recorded: Recorded
+    ) -> None:
+        self.body = body
+        self.input = input_items
+        self.policy = policy
+        self.recorded = recorded
+        self.request_schemas: dict[str, list[Any]] | None = None
+        # Pairing keys -> indexes of inline candidates and of outputs, in input order.
+        self.candidates: dict[str, list[int]] = {}
+        self.outputs: dict[str, list[int]] = {}
+        self.references: list[int] = []
+        for index, item in enumerate(input_items):
+            if items.is_output(item):
+                call_id = items.output_call_id(item)
+                if call_id is not None:
+                    self.outputs.setdefault(call_id, []).append(index)
+            elif items.is_reference(item):
+                self.references.append(index)
+            else:
+                key = items.pairing_key(item)
+                if key is not None:
+                    self.candidates.setdefault(key, []).append(index)
+
+    def run(self) -> Verdict:
+        findings: list[Finding] = []
+        upstream_only: set[int] = set()
+        for index, item in enumerate(self.input):
+            if items.is_envelope(item):
+                call_id = item.get("tool_call_id")
+                findings.append(
+                    Finding(
+                        index,
+                        ENVELOPE,
+                        self.policy.action_for(ENVELOPE),
+                        call_id if isinstance(call_id, str) else None,
+                    )
+                )
+            elif items.is_output(item):
+                finding = self.check_output(index, item)
+                if finding is not None:
+                    findings.append(finding)
+                    if finding.action == "strip" and self.pairs_upstream(finding):
+                        upstream_only.add(index)
+        if not findings:
+            return Verdict("forward")
+        if upstream_only:
+            # Stripping an output whose call lives only upstream would leave a dangling call.
+            findings = [
+                replace(f, action="block") if f.index in upstream_only else f for f in findings
+            ]
+        if any(f.action == "block" for f in findings):
+            return Verdict("block", tuple(findings))
+        if any(f.action == "strip" for f in findings):
+            return Verdict("strip", tuple(findings), self.stripped(findings))
+        return Verdict("forward", tuple(findings))
+
+    def paired(self, index: int, call_id: str) -> list[tuple[int | None, Item]]:
+        """Every candidate for `call_id` that precedes `index`: inline, by reference, upstream."""
+        found: list[tuple[int | None, Item]] = [
+            (i, self.input[i]) for i in self.candidates.get(call_id, ()) if i < index
+        ]
+        for i in self.references:
+            if i >= index:
+                break
+            ref = items.reference_id(self.input[i])
+            resolved = self.recorded.item(ref) if ref is not None else None
+            if resolved is not None and items.pairing_key(resolved) == call_id:
+                found.append((i, resolved))
+        found.extend((None, item) for item in self.recorded.calls(call_id))
+        return found
+
+    def pairs_upstream(self, finding: Finding) -> bool:
+        if finding.call_id is None:
+            return False
+        return any(i is None for i, _ in self.paired(finding.index, finding.call_id))
+
+    def inline_pair(self, finding: Finding) -> list[int]:
+        if finding.reason == ENVELOPE or finding.call_id is None:
+            return []
+        return [i for i, _ in self.paired(finding.index, finding.call_id) if i is not None]
+
+    def check_output(self, index: int, output: Item) -> Finding | None:
+        call_id = items.output_call_id(output)
+
+        def finding(
+            reason: str,
+            paired_index: int | None = None,
+            name: Any = None,
+            fail: tuple[Violation, ...] = (),
+            arguments: Any = None,
+        ) -> Finding:
+            return Finding(
+                index,
+                reason,
+                self.policy.action_for(reason),
+                call_id,
+                paired_index,
+                name if isinstance(name, str) else None,
+                fail,
+                arguments,
+            )
+
+        if call_id is None:
+            return finding("orphan")
+        pairs = self.paired(index, call_id)
+        if not pairs:
+            return finding("orphan")
+        paired_index, call = pairs[0]
+        name = call.get("name")
+        arguments = call.get("arguments")
+        if len(pairs) > 1 or len(self.outputs.get(call_id, ())) > 1:
+            return finding("duplicate_call_id", paired_index, name, arguments=arguments)
+        reason = self.check_call(call)
+        if reason is None:
+            return None
+        if isinstance(reason, tuple):
+            return finding("arguments_schema", paired_index, name, reason, arguments)
+        return finding(reason, paired_index, name, arguments=arguments)
+
+    def check_call(self, call: Item) -> str | tuple[Violation, ...] | None:
+        """The first reason the paired item fails, schema violations, or None when it passes."""
+        if self.policy.require_provenance and not self.recorded.emitted(call):
+            return "provenance"
+        item_type = call.get("type")
+        if items.is_namespaced(item_type):
+            return "namespaced"
+        if item_type != items.FUNCTION_CALL:
+            return "not_function_call"
+        status = call.get("status")
+        if status != "completed" and not (status is None and self.policy.allow_missing_status):
+            return "status"
+        arguments = call.get("arguments")
+        if not isinstance(arguments, str):
+            return "arguments_type"
+        name = call.get("name")
+        schemas = self.schemas_for(name) if isinstance(name, str) else []
+        key = tuple(s.key if isinstance(s, Compiled) else 0 for s in schemas)
+        cached = self.policy.verdicts.get((key, arguments))
+        if cached is None:
+            cached = _check_arguments(arguments, schemas)
+            self.policy.verdicts.put((key, arguments), cached)
+        if cached == "ok":
+            return None
+        return cached[1] if isinstance(cached, tuple) else cached
+
+    def schemas_for(self, name: str) -> list[Compiled | SchemaError]:
+        """The pinned schema, else every `tools[].parameters` of that name in the request."""
+        pinned = self.policy.pinned.get(name)
+        if pinned is not None:
+            return [pinned]
+        if self.request_schemas is None:
+            self.request_schemas = {}
+            for tool_name, parameters in items.tool_schemas(self.body.get("tools")):
+                self.request_schemas.setdefault(tool_name, []).append(parameters)
+        found: list[Compiled | SchemaError] = []
+        for parameters in self.request_schemas.get(name, ()):
+            # A function tool without parameters constrains nothing but strict JSON.
+            schema = {} if parameters is None else parameters
+            try:
+                found.append(self.policy.schemas.compile(schema))
+            except SchemaError as exc:
+                found.append(exc)
+        return found
+
+    def stripped(self, findings: list[Finding]) -> list[Any]:
+        """The input without stripped outputs and their inline pairs, closed so nothing dangles."""
+        removed: set[int] = set()
+        for f in findings:
+            if f.action == "strip":
+                removed.add(f.index)
+                removed.update(self.inline_pair(f))
+        changed = True
+        while changed:
+            changed = False
+            for key, outputs in self.outputs.items():
+                calls = self.candidates.get(key, [])
+                calls_gone = bool(calls) and all(i in removed for i in calls)
+                outputs_gone = all(i in removed for i in outputs)
+                if calls_gone and not outputs_gone:
+                    removed.update(outputs)
+                    changed = True
+                elif outputs_gone and calls and not calls_gone:
+                    removed.update(calls)
+                    changed = True
+        return [item for i, item in enumerate(self.input) if i not in removed]
+
+
+def _check_arguments(
+    arguments: str, schemas: list[Compiled | SchemaError]
+) -> str | tuple[str, tuple[Violation, ...]]:
+    """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations)."""
+    try:
+        instance = strictjson.loads(arguments)
+    except strictjson.StrictJSONError:
+        return "arguments_parse"
+    if not schemas:
+        return "unknown_tool"
+    violations: dict[Violation, None] = {}
+    for schema in schemas:
+        if isinstance(schema, SchemaError):
+            violations[Violation("", "invalid_schema")] = None
+        else:
+            violations.update(dict.fromkeys(schema.violations(instance)))
+    if violations:
+        return ("arguments_schema", tuple(violations))
+    return "ok"
+
+
+def rejection(verdict: Verdict) -> dict[str, Any]:
+    """The API error body for a blocked request (also a WebSocket error event's `error`)."""
+    blocking = [f for f in verdict.findings if f.action == "block"] or list(verdict.findings)
+    first = blocking[0]
+    message = first.describe()
+    if len(verdict.findings) > 1:
+        message += f" (and {len(verdict.findings) - 1} more finding"
+        message += "s)" if len(verdict.findings) > 2 else ")"
+    return {
+        "error": {
+            "type": "invalid_request_error",
+            "code": "replay_rejected",
+            "param": f"input[{first.index}]",
+            "message": message,
+            "findings": [f.as_dict() for f in verdict.findings],
+        }
+    }

@@ -1,0 +1,98 @@
+"""Open Responses vocabulary: item kinds, pairing keys, and Chat Completions envelopes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+FUNCTION_CALL = "function_call"
+FUNCTION_CALL_OUTPUT = "function_call_output"
+ITEM_REFERENCE = "item_reference"
+MESSAGE = "message"
+
+# Keys that only a Chat Completions message carries; inside `input` they send the wrong shape on.
+_ENVELOPE_KEYS = ("tool_calls", "tool_call_id")
+
+Item = Mapping[str, Any]
+
+
+def kind(item: Any) -> str | None:
+    """The item's kind: its `type`, `message` for a typeless item with `role`, else None.
+
+    A typeless item with an `id` and no `role` is an `item_reference` (the spec allows `{"id": …}`).
+    """
+    if not isinstance(item, Mapping):
+        return None
+    item_type = item.get("type")
+    if item_type is None:
+        if "role" in item:
+            return MESSAGE
+        if "id" in item:
+            return ITEM_REFERENCE
+        return None
+    return item_type if isinstance(item_type, str) else None
+
+
+def is_output(item: Any) -> bool:
+    return kind(item) == FUNCTION_CALL_OUTPUT
+
+
+def is_reference(item: Any) -> bool:
+    return kind(item) == ITEM_REFERENCE
+
+
+def reference_id(item: Item) -> str | None:
+    ref = item.get("id")
+    return ref if isinstance(ref, str) else None
+
+
+def output_call_id(item: Item) -> str | None:
+    call_id = item.get("call_id")
+    return call_id if isinstance(call_id, str) else None
+
+
+def pairing_key(item: Any) -> str | None:
+    """The key under which an item answers a `call_id`: its `call_id`, else its `id`.
+
+    Items with no `call_id` (a vendor's hosted tool call such as `openai:web_search_call`) can
+    still be named by an output; pairing by `id` lets the gate see and reject that pair.
+    """
+    if not isinstance(item, Mapping) or is_output(item) or is_reference(item):
+        return None
+    if "call_id" in item or kind(item) == FUNCTION_CALL:
+        call_id = item.get("call_id")
+        return call_id if isinstance(call_id, str) else None
+    item_id = item.get("id")
+    return item_id if isinstance(item_id, str) and kind(item) != MESSAGE else None
+
+
+def is_envelope(item: Any) -> bool:
+    """A Chat Completions message inside `input`: `role: tool`, `tool_calls` or `tool_call_id`."""
+    if not isinstance(item, Mapping):
+        return False
+    return item.get("role") == "tool" or any(key in item for key in _ENVELOPE_KEYS)
+
+
+def is_namespaced(item_type: Any) -> bool:
+    """A vendor extension type (`openai:web_search_call`) or a type that is not a string."""
+    return not isinstance(item_type, str) or ":" in item_type
+
+
+def tool_schemas(tools: Any) -> list[tuple[str, Any]]:
+    """(name, parameters) of each function tool in a request's `tools`.
+
+    Both the Responses shape (`{"type":"function","name":…,"parameters":…}`) and the
+    Chat Completions shape (`{"type":"function","function":{…}}`) are read.
+    """
+    found: list[tuple[str, Any]] = []
+    if not isinstance(tools, list):
+        return found
+    for tool in tools:
+        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function":
+            continue
+        spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        assert isinstance(spec, Mapping)
+        name = spec.get("name")
+        if isinstance(name, str):
+            found.append((name, spec.get("parameters")))
+    return found

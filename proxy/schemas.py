@@ -1,0 +1,159 @@
+"""Tool schemas: compiled once each, violations as JSON Pointers, bounded caches."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import jsonschema
+from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.protocols import Validator
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One way the arguments fail their schema: where (a JSON Pointer) and which keyword."""
+
+    path: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A checked, compiled tool schema; `key` identifies it in the verdict cache."""
+
+    key: int
+    validator: Validator
+
+    def violations(self, instance: Any) -> tuple[Violation, ...]:
+        found: dict[Violation, None] = {}
+        try:
+            for error in self.validator.iter_errors(instance):
+                for violation in _explain(error):
+                    found[violation] = None
+        except Exception:
+            # A validation that cannot finish (a `$ref` that cannot be resolved, a recursion
+            # without end) is a failure of the arguments, never an exception out of the gate.
+            found[Violation("", "schema_unusable")] = None
+        return tuple(found)
+
+
+def compile_schema(schema: Any, key: int) -> Compiled:
+    """Check and compile a schema in the dialect of its `$schema` (default Draft 2020-12).
+
+    Raises SchemaError for a schema that is not a valid JSON Schema.
+    """
+    if not isinstance(schema, dict | bool):
+        raise SchemaError(f"a schema is an object or a boolean, not {type(schema).__name__}")
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)  # type: ignore[arg-type]  # a boolean is a schema too
+    except RecursionError:
+        raise SchemaError("schema nested too deep") from None
+    return Compiled(key, cls(schema))
+
+
+class LRU(Generic[K, V]):
+    """A dict bounded in entries that forgets the least recently used first."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._data: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self.max_entries:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class SchemaCache:
+    """Compiles each distinct request schema once, keyed by its canonical JSON."""
+
+    def __init__(self, max_schemas: int = 1024) -> None:
+        self._serial = itertools.count(1)
+        self._compiled: LRU[str, Compiled | SchemaError] = LRU(max_schemas)
+
+    def next_key(self) -> int:
+        return next(self._serial)
+
+    def compile(self, schema: Any) -> Compiled:
+        """The compiled schema; raises SchemaError (remembered too) for an invalid one."""
+        try:
+            canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):
+            raise SchemaError("schema cannot be serialised") from None
+        found = self._compiled.get(canonical)
+        if found is None:
+            try:
+                found = compile_schema(schema, self.next_key())
+            except SchemaError as exc:
+                found = exc
+            self._compiled.put(canonical, found)
+        if isinstance(found, SchemaError):
+            raise found
+        return found
+
+    def __len__(self) -> int:
+        return len(self._compiled)
+
+
+def pointer(parts: Iterable[Any]) -> str:
+    """RFC 6901 JSON Pointer for a path of keys and indexes."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _explain(error: ValidationError) -> list[Violation]:
+    path = list(error.absolute_path)
+    keyword = str(error.validator)
+    instance = error.instance
+    if (
+        keyword == "required"
+        and isinstance(instance, dict)
+        and isinstance(error.validator_value, list)
+    ):
+        missing = [p for p in error.validator_value if isinstance(p, str) and p not in instance]
+        return [Violation(pointer([*path, p]), keyword) for p in missing]
+    if keyword == "additionalProperties" and isinstance(instance, dict):
+        extras = _additional(instance, error.schema)
+        if extras:
+            return [Violation(pointer([*path, p]), keyword) for p in extras]
+    return [Violation(pointer(path), keyword)]
+
+
+def _additional(instance: dict[str, Any], schema: Any) -> list[str]:
+    if not isinstance(schema, Mapping):
+        return []
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}) or {})
+    extras = []
+    for name in instance:
+        if name in properties:
+            continue
+        try:
+            if any(re.search(p, name) for p in patterns):
+                continue
+        except re.error:
+            pass
+        extras.append(name)
+    return extras

@@ -1,0 +1,100 @@
+"""Strict JSON: one value, no duplicate keys at any depth, no NaN/Infinity, no lone surrogates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class StrictJSONError(ValueError):
+    """A document that is not exactly one unambiguous JSON value; `pos` is a character offset."""
+
+    def __init__(self, reason: str, pos: int | None = None, doc: str = "") -> None:
+        self.reason = reason
+        self.pos = pos
+        self.lineno: int | None = None
+        self.colno: int | None = None
+        if pos is not None:
+            self.lineno, self.colno = _line_col(doc, pos)
+        where = f" at line {self.lineno} column {self.colno}" if self.lineno is not None else ""
+        super().__init__(f"{reason}{where}")
+
+
+class _Duplicate(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Duplicate(key)
+            seen.add(key)
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_no_constant)
+
+
+def loads(doc: str | bytes) -> Any:
+    """Parse one strict JSON value or raise StrictJSONError naming what is wrong and where."""
+    if isinstance(doc, bytes | bytearray):
+        try:
+            text = bytes(doc).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StrictJSONError(f"invalid UTF-8 at byte {exc.start}") from None
+        if text.startswith("\ufeff"):
+            raise StrictJSONError("byte order mark before the JSON value", 0, text)
+    else:
+        text = doc
+    try:
+        value = _decoder.decode(text)
+    except _Duplicate as exc:
+        raise StrictJSONError(f"duplicate key {exc.key!r}") from None
+    except json.JSONDecodeError as exc:
+        reason = "trailing data after the JSON value" if exc.msg == "Extra data" else exc.msg
+        raise StrictJSONError(reason, exc.pos, text) from None
+    except RecursionError:
+        raise StrictJSONError("nesting too deep") from None
+    except ValueError as exc:
+        # int() refusing a huge number, or a NaN/Infinity constant
+        raise StrictJSONError(str(exc)) from None
+    if "\\u" in text and _has_lone_surrogate(value):
+        raise StrictJSONError("lone surrogate in a string")
+    return value
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            strings: list[str] = [item]
+        elif isinstance(item, dict):
+            strings = list(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+            continue
+        else:
+            continue
+        for s in strings:
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
+
+
+def _line_col(doc: str, pos: int) -> tuple[int, int]:
+    lineno = doc.count("\n", 0, pos) + 1
+    colno = pos - doc.rfind("\n", 0, pos)
+    return lineno, colno
