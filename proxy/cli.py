@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -15,6 +17,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="replay-proxy", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
+    serve = commands.add_parser("serve", help="run the proxy")
+    serve.add_argument("--config", help="the YAML config file")
+    serve.add_argument("--upstream", help="the upstream base URL (overrides the config)")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 8787; 0 = any free port)")
+    serve.add_argument("--log-level", default="INFO", help="operational log level (stderr)")
+
     check = commands.add_parser("check", help="gate logged request bodies offline")
     check.add_argument("file", help="a request body, an array of items, or JSON Lines; - = stdin")
     check.add_argument("--config", help="a proxy config: pinned schemas and gate settings")
@@ -23,10 +32,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config) if args.config else Config()
+        if args.command == "serve":
+            config = config.with_overrides(upstream=args.upstream, host=args.host, port=args.port)
     except ConfigError as exc:
         print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
         return 2
+    if args.command == "serve":
+        return run_serve(config, args.log_level)
     return run_check(args.file, config, as_json=args.json)
+
+
+def run_serve(config: Config, log_level: str) -> int:
+    # Imported here so that `check` never loads the HTTP stack.
+    from proxy.app import serve
+
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        logging.getLogger("replay_proxy").error("cannot serve: %s", exc)
+        return 1
+    return 0
 
 
 def run_check(path: str, config: Config, *, as_json: bool) -> int:

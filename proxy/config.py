@@ -31,6 +31,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
             {
                 "host": {"type": "string", "minLength": 1},
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "shutdown_grace_s": {"type": "number", "minimum": 0},
             }
         ),
         "upstream": _object(
@@ -49,7 +50,6 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                     "additionalProperties": _ACTION,
                 },
                 "allow_missing_status": {"type": "boolean"},
-                "require_provenance": {"type": "boolean"},
                 "max_cached_verdicts": {"type": "integer", "minimum": 1},
             }
         ),
@@ -74,6 +74,7 @@ _CONFIG_VALIDATOR = jsonschema.Draft202012Validator(CONFIG_SCHEMA)
 class Listen:
     host: str = "127.0.0.1"
     port: int = 8787
+    shutdown_grace_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ def _explain(error: jsonschema.ValidationError) -> str:
         unknown = sorted(k for k in error.instance if k not in known)
         key = f"{where}.{unknown[0]}" if where else unknown[0]
         return f"{key}: unknown key"
-    if error.validator == "propertyNames":
+    # A propertyNames failure reports the inner keyword (`enum`) with the property as instance.
+    if "propertyNames" in error.relative_schema_path:
         return f"{where}.{error.instance}: unknown reason"
     return f"{where or 'config'}: {error.message}"

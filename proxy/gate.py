@@ -218,7 +218,9 @@ class _Inspection:
                         call_id if isinstance(call_id, str) else None,
                     )
                 )
-            elif items.is_output(item):
+            # An output that also carries an envelope key is still gated: the envelope's action
+            # (say `log`) must not let its call past a stricter reason's action.
+            if items.is_output(item):
                 finding = self.check_output(index, item)
                 if finding is not None:
                     findings.append(finding)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import jsonschema
+import referencing
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
@@ -56,12 +57,16 @@ def compile_schema(schema: Any, key: int) -> Compiled:
     """
     if not isinstance(schema, dict | bool):
         raise SchemaError(f"a schema is an object or a boolean, not {type(schema).__name__}")
+    if isinstance(schema, dict) and not isinstance(schema.get("$schema", ""), str):
+        raise SchemaError("$schema is not a string")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(schema)  # type: ignore[arg-type]  # a boolean is a schema too
     except RecursionError:
         raise SchemaError("schema nested too deep") from None
-    return Compiled(key, cls(schema))
+    # An empty registry: a `$ref` to a URL is never fetched (the default would fetch it, and a
+    # request's `tools` would make the proxy open any URL a client names).
+    return Compiled(key, cls(schema, registry=referencing.Registry()))
 
 
 class LRU(Generic[K, V]):

@@ -67,7 +67,9 @@ def loads(doc: str | bytes) -> Any:
     except ValueError as exc:
         # int() refusing a huge number, or a NaN/Infinity constant
         raise StrictJSONError(str(exc)) from None
-    if "\\u" in text and _has_lone_surrogate(value):
+    # A str may carry a lone surrogate unescaped; bytes decoded above cannot.
+    raw = isinstance(doc, str) and not doc.isascii()
+    if ("\\u" in text or raw) and _has_lone_surrogate(value):
         raise StrictJSONError("lone surrogate in a string")
     return value
 

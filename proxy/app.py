@@ -1,0 +1,221 @@
+"""The aiohttp application: gated routes, pass-through for the rest, admin endpoints, serving."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy import audit, body, routes
+from proxy.audit import AuditLog
+from proxy.config import Config
+from proxy.gate import Verdict, inspect, rejection
+from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.upstream import Upstream, UpstreamError, relayed_headers
+
+log = logging.getLogger("replay_proxy")
+
+CONFIG = web.AppKey("config", Config)
+UPSTREAM = web.AppKey("upstream", Upstream)
+AUDIT = web.AppKey("audit", AuditLog)
+METRICS = web.AppKey("metrics", Metrics)
+
+# Methods that never carry a request to create a response; on a gated path they pass through
+# only when they have no body.
+_BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
+_STRIPPED_DROP = frozenset({"content-encoding", "content-length"})
+
+
+def make_app(config: Config) -> web.Application:
+    app = web.Application(handler_args={"auto_decompress": False})
+    app[CONFIG] = config
+    app[METRICS] = Metrics()
+    app.cleanup_ctx.append(_upstream_ctx)
+    app.cleanup_ctx.append(_audit_ctx)
+    app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/-/metrics", metrics)
+    app.router.add_route("*", "/{tail:.*}", proxy)
+    return app
+
+
+async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
+    upstream = Upstream(app[CONFIG].upstream)
+    await upstream.start()
+    app[UPSTREAM] = upstream
+    yield
+    await upstream.close()
+
+
+async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[CONFIG].audit
+    app[AUDIT] = AuditLog(settings.path, include_arguments=settings.include_arguments)
+    yield
+    app[AUDIT].close()
+
+
+async def healthy(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    """Every answer the proxy makes itself: the API's `{"error": {...}}` shape."""
+    return web.Response(
+        status=status,
+        body=orjson.dumps(body.error_body(code, message)),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+async def proxy(request: web.Request) -> web.StreamResponse:
+    raw_path, query = routes.split_target(request.raw_path)
+    gated = routes.gated_path(raw_path)
+    if gated is not None and (request.method not in _BODYLESS or request.body_exists):
+        return await gate(request, gated, query)
+    data = request.content if request.body_exists else None
+    headers = relayed_headers(request.headers, drop=frozenset({"host"}))
+    return await relay(request, "passthrough", raw_path + query, data, headers)
+
+
+async def relay(
+    request: web.Request,
+    route: str,
+    target: str,
+    data: Any,
+    headers: CIMultiDict[str],
+    extra_headers: Mapping[str, str] | None = None,
+    outcome: str = "forward",
+) -> web.StreamResponse:
+    app = request.app
+    streams = app[METRICS].open_streams
+    streams.inc()
+    try:
+        response = await app[UPSTREAM].relay(
+            request, target, data=data, headers=headers, extra_headers=extra_headers
+        )
+    except UpstreamError as exc:
+        log.warning("%s %s: %s", request.method, target, exc.message)
+        app[METRICS].requests.labels(route, "upstream_error").inc()
+        return error_response(exc.status, exc.code, exc.message)
+    finally:
+        streams.dec()
+    app[METRICS].requests.labels(route, outcome).inc()
+    return response
+
+
+async def gate(request: web.Request, path: str, query: str) -> web.StreamResponse:
+    """Read, parse and gate a request body; block it, or forward it whole or stripped."""
+    app = request.app
+    config = app[CONFIG]
+    route = routes.GATED[path]
+    started = time.perf_counter()
+    try:
+        body.check_content_type(request.headers.get("Content-Type", ""))
+        applied = body.codings(request.headers.get("Content-Encoding", ""))
+        raw = await read_raw(request, config.limits.max_body_bytes)
+        decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
+        parsed = body.parse(decoded)
+    except body.BodyError as exc:
+        app[METRICS].requests.labels(route, "invalid").inc()
+        return error_response(exc.status, exc.code, exc.message)
+    verdict = inspect(parsed, config.gate)
+    app[METRICS].gate_seconds.observe(time.perf_counter() - started)
+    if verdict.findings:
+        record_findings(request, verdict, parsed, raw, path)
+    if verdict.outcome == "block":
+        app[METRICS].requests.labels(route, "block").inc()
+        return web.Response(
+            status=400,
+            body=orjson.dumps(rejection(verdict)),
+            content_type="application/json",
+            headers={"x-should-retry": "false"},
+        )
+    header = verdict.header()
+    extra = {"x-replay-gate": header} if header else None
+    if verdict.outcome == "strip":
+        stripped = orjson.dumps({**parsed, "input": verdict.input})
+        headers = relayed_headers(request.headers, drop=_STRIPPED_DROP | {"host"})
+        return await relay(request, route, path + query, stripped, headers, extra, "strip")
+    headers = relayed_headers(request.headers, drop=frozenset({"host", "content-length"}))
+    return await relay(request, route, path + query, raw, headers, extra)
+
+
+async def read_raw(request: web.Request, limit: int) -> bytes:
+    """The body exactly as it arrived; more than `limit` bytes is 413 without reading on."""
+    if request.content_length is not None and request.content_length > limit:
+        raise body.BodyError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
+    chunks = bytearray()
+    async for chunk in request.content.iter_any():
+        chunks += chunk
+        if len(chunks) > limit:
+            raise body.BodyError(
+                413, "body_too_large", f"the body exceeds the limit of {limit} bytes"
+            )
+    return bytes(chunks)
+
+
+def record_findings(
+    request: web.Request, verdict: Verdict, parsed: dict[str, Any], raw: bytes, path: str
+) -> None:
+    app = request.app
+    for finding in verdict.findings:
+        app[METRICS].findings.labels(finding.reason, finding.action).inc()
+    credential = request.headers.get("Authorization") or request.headers.get("api-key")
+    app[AUDIT].write(
+        audit.Request(
+            request_id="req_" + uuid.uuid4().hex,
+            transport="http",
+            path=path,
+            body=parsed,
+            raw=raw,
+            tenant=audit.tenant_of(credential),
+        ),
+        verdict,
+    )
+
+
+async def serve(config: Config, *, on_ready: Callable[[int], None] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then stop accepting and let requests in flight finish."""
+    grace_s = config.listen.shutdown_grace_s
+    runner = web.AppRunner(
+        make_app(config), handle_signals=False, access_log=None, shutdown_timeout=grace_s
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.listen.host, config.listen.port)
+        await site.start()
+        port = _bound_port(runner)
+        log.info(
+            "listening on http://%s:%d, upstream %s", config.listen.host, port, config.upstream.url
+        )
+        if on_ready is not None:
+            on_ready(port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        log.info("stopping: no new connections, %.0f s for requests in flight", grace_s)
+    finally:
+        await runner.cleanup()
+
+
+def _bound_port(runner: web.AppRunner) -> int:
+    for address in runner.addresses:
+        if isinstance(address, tuple):
+            return int(address[1])
+    raise RuntimeError("the server is not bound to a TCP port")

@@ -1,0 +1,146 @@
+"""Request bodies of the gated routes: content type, content coding, size limit, strict JSON."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import brotli
+
+from proxy import strictjson
+
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class BodyError(Exception):
+    """A body the proxy will not forward: the HTTP status and the error `code` that says why."""
+
+    status: int
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_content_type(content_type: str) -> None:
+    """Only `application/json` (any parameters, e.g. a charset) is read; else 415."""
+    mime, _, params = content_type.partition(";")
+    if mime.strip().lower() != "application/json":
+        shown = content_type or "none"
+        raise BodyError(
+            415, "unsupported_media_type", f"content-type must be application/json, not {shown}"
+        )
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in (
+            "utf-8",
+            "utf8",
+        ):
+            raise BodyError(
+                415, "unsupported_charset", f"charset must be utf-8, not {value.strip()}"
+            )
+
+
+def codings(content_encoding: str) -> list[str]:
+    """The content codings in the order they were applied, `identity` left out."""
+    found = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+    return [c for c in found if c != "identity"]
+
+
+def decode(raw: bytes, applied: list[str], limit: int) -> bytes:
+    """Undo the content codings; a decoded size over `limit` is 413 (a bomb stops at the limit)."""
+    data = raw
+    for coding in reversed(applied):
+        if coding in ("gzip", "x-gzip"):
+            data = _inflate(data, zlib.MAX_WBITS | 16, limit, coding)
+        elif coding == "deflate":
+            data = _inflate_deflate(data, limit)
+        elif coding == "br":
+            data = _unbrotli(data, limit)
+        else:
+            raise BodyError(
+                415, "unsupported_content_encoding", f"content-encoding {coding} is not supported"
+            )
+    return data
+
+
+def _too_large(limit: int) -> BodyError:
+    return BodyError(413, "body_too_large", f"the decoded body exceeds the limit of {limit} bytes")
+
+
+def _inflate(data: bytes, wbits: int, limit: int, coding: str) -> bytes:
+    inflater = zlib.decompressobj(wbits)
+    out = bytearray()
+    pending = data
+    try:
+        while pending:
+            out += inflater.decompress(pending, limit + 1 - len(out))
+            if len(out) > limit:
+                raise _too_large(limit)
+            pending = inflater.unconsumed_tail
+            if inflater.eof:
+                break
+        if not inflater.eof:
+            raise BodyError(400, "invalid_content_encoding", f"the {coding} body is truncated")
+        if inflater.unused_data:
+            raise BodyError(
+                400, "invalid_content_encoding", f"data after the end of the {coding} body"
+            )
+    except zlib.error as exc:
+        raise BodyError(
+            400, "invalid_content_encoding", f"the {coding} body is corrupt: {exc}"
+        ) from None
+    return bytes(out)
+
+
+def _inflate_deflate(data: bytes, limit: int) -> bytes:
+    # `deflate` means zlib-wrapped; some clients send a raw deflate stream, which is unambiguous.
+    try:
+        return _inflate(data, zlib.MAX_WBITS, limit, "deflate")
+    except BodyError as exc:
+        if exc.status == 413:
+            raise
+        return _inflate(data, -zlib.MAX_WBITS, limit, "deflate")
+
+
+def _unbrotli(data: bytes, limit: int) -> bytes:
+    decompressor = brotli.Decompressor()
+    out = bytearray()
+    try:
+        for start in range(0, len(data), _CHUNK):
+            out += decompressor.process(data[start : start + _CHUNK], output_buffer_limit=_CHUNK)
+            while not decompressor.can_accept_more_data():
+                out += decompressor.process(b"", output_buffer_limit=_CHUNK)
+                if len(out) > limit:
+                    raise _too_large(limit)
+            if len(out) > limit:
+                raise _too_large(limit)
+        if not decompressor.is_finished():
+            raise BodyError(400, "invalid_content_encoding", "the br body is truncated")
+    except brotli.error as exc:
+        raise BodyError(400, "invalid_content_encoding", f"the br body is corrupt: {exc}") from None
+    return bytes(out)
+
+
+def parse(decoded: bytes) -> dict[str, Any]:
+    """The request body as an object whose `input`, if present, is a string or an array."""
+    try:
+        body = strictjson.loads(decoded)
+    except strictjson.StrictJSONError as exc:
+        raise BodyError(400, "invalid_json", f"the body is not unambiguous JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BodyError(400, "invalid_body", "the body must be a JSON object")
+    if "input" in body and not isinstance(body["input"], str | list):
+        raise BodyError(400, "invalid_input", "`input` must be a string or an array of items")
+    return body
+
+
+def error_body(code: str, message: str, *, param: str | None = None) -> Mapping[str, Any]:
+    """The API's error shape for an answer the proxy makes itself."""
+    return {
+        "error": {"type": "invalid_request_error", "code": code, "message": message, "param": param}
+    }

@@ -1,0 +1,158 @@
+"""Forwarding to the upstream: one connection pool, hop-by-hop headers dropped, answers streamed."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from proxy import config
+
+log = logging.getLogger("replay_proxy")
+
+# RFC 9110 §7.6.1: meaningful for one connection only; never relayed.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-authenticate",
+        "proxy-authorization",
+    }
+)
+# Set by the proxy for the upstream hop itself.
+_REQUEST_OWN = frozenset({"host", "content-length"})
+
+
+@dataclass(frozen=True)
+class UpstreamError(Exception):
+    """No answer could be had from the upstream: 502 (unreachable, garbage) or 504 (timeout)."""
+
+    status: int
+    code: str
+    message: str
+
+
+def relayed_headers(
+    headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = frozenset()
+) -> CIMultiDict[str]:
+    """The headers minus hop-by-hop ones, those the `Connection` header names, and `drop`."""
+    named = {
+        token.strip().lower()
+        for value in headers.getall("Connection", ())
+        for token in value.split(",")
+    }
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in named or lower in drop:
+            continue
+        out.add(name, value)
+    return out
+
+
+class Upstream:
+    """The upstream server and the one client session (connection pool) every request shares."""
+
+    def __init__(self, settings: config.Upstream) -> None:
+        self.settings = settings
+        self.base = URL(settings.url.rstrip("/"))
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=self.settings.connect_timeout_s,
+                sock_read=self.settings.read_timeout_s,
+            ),
+            # The proxy relays bytes: no decoding, no default headers, no cookies of its own.
+            auto_decompress=False,
+            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "Upstream.start() was not awaited"
+        return self._session
+
+    def url(self, target: str) -> URL:
+        """The upstream URL for a raw request target (path and query, still encoded)."""
+        return URL(str(self.base) + target, encoded=True)
+
+    async def relay(
+        self,
+        request: web.Request,
+        target: str,
+        *,
+        data: Any,
+        headers: CIMultiDict[str],
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> web.StreamResponse:
+        """Send the request upstream and stream the answer back chunk by chunk.
+
+        Raises UpstreamError when no answer arrives; once the answer has started, an upstream
+        failure cuts the client's connection so that it cannot mistake a partial answer for
+        a whole one.
+        """
+        try:
+            upstream = await self.session.request(
+                request.method,
+                self.url(target),
+                headers=headers,
+                data=data,
+                allow_redirects=False,
+                compress=None,
+            )
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise UpstreamError(
+                504, "upstream_timeout", "the upstream did not answer in time"
+            ) from None
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamError(
+                502, "upstream_unreachable", f"cannot connect to the upstream: {exc.os_error}"
+            ) from None
+        except aiohttp.ClientResponseError as exc:
+            raise UpstreamError(
+                502, "upstream_bad_response", f"the upstream answered garbage: {exc.message}"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(
+                502, "upstream_unreachable", f"the upstream connection failed: {exc}"
+            ) from None
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            response.headers.update(relayed_headers(upstream.headers))
+            if extra_headers:
+                response.headers.update(extra_headers)
+            await response.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+                # The client hung up: leaving the block releases the upstream connection.
+                log.info("client went away mid-answer: %s %s", request.method, target)
+                return response
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                log.warning("upstream failed mid-answer: %s %s: %r", request.method, target, exc)
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            await response.write_eof()
+            return response

@@ -1,0 +1,138 @@
+"""Real servers on 127.0.0.1 for the HTTP tests: a recording upstream, fastresponses, the proxy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from multidict import CIMultiDict
+
+from proxy.app import make_app
+from proxy.config import Config, parse_config
+from tests.servers.scripted_agent import serve_in_thread
+
+SALES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["region"],
+    "properties": {"region": {"type": "string", "enum": ["apac", "emea", "amer"]}},
+}
+SALES_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "get_latest_sales_report",
+    "description": "The latest sales report for a region.",
+    "parameters": SALES_SCHEMA,
+}
+
+
+def sales_call(call_id: str, region: str = "apac", **extra: Any) -> dict[str, Any]:
+    item = {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": "get_latest_sales_report",
+        "status": "completed",
+        "arguments": json.dumps({"region": region}),
+    }
+    return item | extra
+
+
+def sales_output(call_id: str, output: str = "sales report") -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+@dataclass
+class Received:
+    """One request exactly as the upstream saw it."""
+
+    method: str
+    target: str
+    headers: CIMultiDict[str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Handler = Callable[[web.Request, Received], Awaitable[web.StreamResponse]]
+
+
+async def _ok(request: web.Request, received: Received) -> web.StreamResponse:
+    return web.json_response({"object": "response", "id": "resp_1", "output": []})
+
+
+@dataclass
+class RecordingUpstream:
+    """A tiny upstream that records every request and answers with `handler`."""
+
+    received: list[Received] = field(default_factory=list)
+    handler: Handler = _ok
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        received = Received(
+            request.method, request.raw_path, CIMultiDict(request.headers), await request.read()
+        )
+        self.received.append(received)
+        return await self.handler(request, received)
+
+
+@pytest.fixture
+async def recording_upstream() -> AsyncIterator[RecordingUpstream]:
+    upstream = RecordingUpstream()
+    app = web.Application(handler_args={"auto_decompress": False})
+    app.router.add_route("*", "/{tail:.*}", upstream.handle)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    upstream.url = str(server.make_url("")).rstrip("/")
+    yield upstream
+    await server.close()
+
+
+ProxyFactory = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
+    """Start a proxy in front of `upstream` with config sections given as keyword arguments.
+
+    Returns the proxy's base URL; its audit log goes to `tmp_path / "audit.jsonl"`.
+    """
+    servers: list[TestServer] = []
+
+    async def start(upstream: str, **sections: Any) -> str:
+        data: dict[str, Any] = {
+            "upstream": {"url": upstream},
+            "audit": {"path": str(tmp_path / "audit.jsonl")},
+        }
+        for name, value in sections.items():
+            data[name] = (data.get(name, {}) | value) if isinstance(value, dict) else value
+        config: Config = parse_config(data)
+        server = TestServer(make_app(config), host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("")).rstrip("/")
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "audit.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="session")
+def scripted_upstream() -> Iterator[str]:
+    """fastresponses serving the scripted agent; yields its base URL with `/v1`."""
+    with serve_in_thread() as url:
+        yield url.removesuffix("/v1")

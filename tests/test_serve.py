@@ -1,0 +1,160 @@
+"""`replay-proxy serve` as a real process: start, config errors, graceful stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.conftest import Received, RecordingUpstream
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Proxy:
+    """A `replay-proxy serve` process; `url` once it has said where it listens."""
+
+    def __init__(self, process: asyncio.subprocess.Process, url: str) -> None:
+        self.process = process
+        self.url = url
+
+    async def stop(self) -> int:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.process.wait(), timeout=30)
+
+
+async def start(*args: str) -> Proxy:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--port",
+        "0",
+        *args,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=REPO,
+    )
+    assert process.stderr is not None
+    seen = []
+    while True:
+        line = (await asyncio.wait_for(process.stderr.readline(), timeout=30)).decode()
+        seen.append(line)
+        if not line:
+            raise AssertionError("the proxy exited before listening: " + "".join(seen))
+        found = re.search(r"listening on (http://\S+),", line)
+        if found:
+            return Proxy(process, found.group(1))
+
+
+@pytest.fixture
+async def served(recording_upstream: RecordingUpstream) -> AsyncIterator[Proxy]:
+    proxy = await start("--upstream", recording_upstream.url)
+    yield proxy
+    await proxy.stop()
+
+
+async def test_serve_forwards_and_stops_cleanly_on_sigterm(
+    served: Proxy, recording_upstream: RecordingUpstream
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(served.url + "/-/healthy") as response:
+            assert response.status == 200
+        async with session.post(served.url + "/v1/responses", json={"input": "hi"}) as response:
+            assert response.status == 200
+
+    assert [r.target for r in recording_upstream.received] == ["/v1/responses"]
+    assert await served.stop() == 0
+
+
+async def test_sigterm_lets_a_stream_in_flight_finish(
+    served: Proxy, recording_upstream: RecordingUpstream
+) -> None:
+    release = asyncio.Event()
+
+    async def sse(request: web.Request, received: Received) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: one\n\n")
+        await release.wait()
+        await response.write(b"data: two\n\ndata: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    recording_upstream.handler = sse
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            served.url + "/v1/responses", json={"input": "hi", "stream": True}
+        ) as response,
+    ):
+        assert await response.content.readline() == b"data: one\n"
+        served.process.send_signal(signal.SIGTERM)
+
+        # The proxy stops accepting: a new connection is refused while the stream goes on.
+        async def refused() -> None:
+            while True:
+                try:
+                    async with (
+                        aiohttp.ClientSession() as other,
+                        other.get(served.url + "/-/healthy"),
+                    ):
+                        await asyncio.sleep(0.05)
+                except aiohttp.ClientConnectionError:
+                    return
+
+        await asyncio.wait_for(refused(), timeout=20)
+        release.set()
+        rest = await asyncio.wait_for(response.content.read(), timeout=20)
+    assert rest == b"\ndata: two\n\ndata: [DONE]\n\n"
+    assert await served.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        pytest.param("gate:\n  actons: {}\n", "gate.actons: unknown key", id="misspelled-key"),
+        pytest.param("gate:\n  action: drop\n", "gate.action", id="bad-action"),
+        pytest.param("tools:\n  t: {type: 12}\n", "tools.t", id="invalid-schema"),
+        pytest.param("listen:\n  port: 99999\n", "listen.port", id="bad-port"),
+        pytest.param("upstream:\n  url: ftp://x\n", "upstream.url", id="bad-url"),
+    ],
+)
+def test_a_bad_config_stops_the_start_naming_the_key(
+    tmp_path: Path, config: str, message: str
+) -> None:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(config)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_the_example_config_starts_a_valid_config() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "check", "--config", "config.example.yaml", "-"],
+        input='{"input": []}',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
