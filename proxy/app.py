@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
@@ -17,9 +18,10 @@ from multidict import CIMultiDict
 from proxy import audit, body, routes
 from proxy.audit import AuditLog
 from proxy.config import Config
-from proxy.gate import Verdict, inspect, rejection
+from proxy.gate import NOTHING_RECORDED, Verdict, inspect, rejection
+from proxy.ledger import Ledger, ResponseTap, open_store
 from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.upstream import Upstream, UpstreamError, relayed_headers
+from proxy.upstream import Tap, Upstream, UpstreamError, relayed_headers
 
 log = logging.getLogger("replay_proxy")
 
@@ -27,6 +29,7 @@ CONFIG = web.AppKey("config", Config)
 UPSTREAM = web.AppKey("upstream", Upstream)
 AUDIT = web.AppKey("audit", AuditLog)
 METRICS = web.AppKey("metrics", Metrics)
+LEDGER = web.AppKey("ledger", Ledger)
 
 # Methods that never carry a request to create a response; on a gated path they pass through
 # only when they have no body.
@@ -40,6 +43,7 @@ def make_app(config: Config) -> web.Application:
     app[METRICS] = Metrics()
     app.cleanup_ctx.append(_upstream_ctx)
     app.cleanup_ctx.append(_audit_ctx)
+    app.cleanup_ctx.append(_ledger_ctx)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/metrics", metrics)
     app.router.add_route("*", "/{tail:.*}", proxy)
@@ -59,6 +63,26 @@ async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
     app[AUDIT] = AuditLog(settings.path, include_arguments=settings.include_arguments)
     yield
     app[AUDIT].close()
+
+
+async def _ledger_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[CONFIG].ledger
+    metrics = app[METRICS]
+    store = open_store(settings)
+    app[LEDGER] = Ledger(
+        store,
+        max_chain=settings.max_chain,
+        fail_open=settings.fail_open,
+        on_fault=lambda operation: metrics.ledger_faults.labels(operation).inc(),
+    )
+    metrics.ledger_responses.set_function(lambda: len(store))
+    yield
+    await store.close()
+
+
+def tenant_of(request: web.Request) -> str | None:
+    """The tenant of a request: a fingerprint of its credential (None without one)."""
+    return audit.tenant_of(request.headers.get("Authorization") or request.headers.get("api-key"))
 
 
 async def healthy(request: web.Request) -> web.Response:
@@ -99,13 +123,19 @@ async def relay(
     headers: CIMultiDict[str],
     extra_headers: Mapping[str, str] | None = None,
     outcome: str = "forward",
+    tap_for: Callable[[aiohttp.ClientResponse], Tap | None] | None = None,
 ) -> web.StreamResponse:
     app = request.app
     streams = app[METRICS].open_streams
     streams.inc()
     try:
         response = await app[UPSTREAM].relay(
-            request, target, data=data, headers=headers, extra_headers=extra_headers
+            request,
+            target,
+            data=data,
+            headers=headers,
+            extra_headers=extra_headers,
+            tap_for=tap_for,
         )
     except UpstreamError as exc:
         log.warning("%s %s: %s", request.method, target, exc.message)
@@ -132,10 +162,13 @@ async def gate(request: web.Request, path: str, query: str) -> web.StreamRespons
     except body.BodyError as exc:
         app[METRICS].requests.labels(route, "invalid").inc()
         return error_response(exc.status, exc.code, exc.message)
-    verdict = inspect(parsed, config.gate)
+    tenant = tenant_of(request)
+    ledger = app[LEDGER]
+    view = await ledger.view(tenant or "-", parsed, provenance=config.gate.require_provenance)
+    verdict = inspect(parsed, config.gate, view or NOTHING_RECORDED)
     app[METRICS].gate_seconds.observe(time.perf_counter() - started)
     if verdict.findings:
-        record_findings(request, verdict, parsed, raw, path)
+        record_findings(request, verdict, parsed, raw, path, tenant)
     if verdict.outcome == "block":
         app[METRICS].requests.labels(route, "block").inc()
         return web.Response(
@@ -146,12 +179,27 @@ async def gate(request: web.Request, path: str, query: str) -> web.StreamRespons
         )
     header = verdict.header()
     extra = {"x-replay-gate": header} if header else None
+    tap_for = None
+    if route == "responses":
+        tap_for = _tap_for(ledger, tenant or "-", config.limits.max_body_bytes)
     if verdict.outcome == "strip":
-        stripped = orjson.dumps({**parsed, "input": verdict.input})
+        stripped = body.dumps({**parsed, "input": verdict.input})
         headers = relayed_headers(request.headers, drop=_STRIPPED_DROP | {"host"})
-        return await relay(request, route, path + query, stripped, headers, extra, "strip")
+        return await relay(request, route, path + query, stripped, headers, extra, "strip", tap_for)
     headers = relayed_headers(request.headers, drop=frozenset({"host", "content-length"}))
-    return await relay(request, route, path + query, raw, headers, extra)
+    return await relay(request, route, path + query, raw, headers, extra, tap_for=tap_for)
+
+
+def _tap_for(
+    ledger: Ledger, tenant: str, limit: int
+) -> Callable[[aiohttp.ClientResponse], Tap | None]:
+    def tap(upstream: aiohttp.ClientResponse) -> Tap | None:
+        if upstream.status != 200:
+            return None
+        content_type = upstream.headers.get("Content-Type", "")
+        return ResponseTap(ledger, tenant, content_type, upstream.content_length, limit)
+
+    return tap
 
 
 async def read_raw(request: web.Request, limit: int) -> bytes:
@@ -169,12 +217,16 @@ async def read_raw(request: web.Request, limit: int) -> bytes:
 
 
 def record_findings(
-    request: web.Request, verdict: Verdict, parsed: dict[str, Any], raw: bytes, path: str
+    request: web.Request,
+    verdict: Verdict,
+    parsed: dict[str, Any],
+    raw: bytes,
+    path: str,
+    tenant: str | None,
 ) -> None:
     app = request.app
     for finding in verdict.findings:
         app[METRICS].findings.labels(finding.reason, finding.action).inc()
-    credential = request.headers.get("Authorization") or request.headers.get("api-key")
     app[AUDIT].write(
         audit.Request(
             request_id="req_" + uuid.uuid4().hex,
@@ -182,7 +234,7 @@ def record_findings(
             path=path,
             body=parsed,
             raw=raw,
-            tenant=audit.tenant_of(credential),
+            tenant=tenant,
         ),
         verdict,
     )

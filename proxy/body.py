@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import brotli
+import orjson
 
 from proxy import strictjson
 
@@ -137,6 +139,14 @@ def parse(decoded: bytes) -> dict[str, Any]:
     if "input" in body and not isinstance(body["input"], str | list):
         raise BodyError(400, "invalid_input", "`input` must be a string or an array of items")
     return body
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON of a parsed body, integers beyond 64 bits (valid JSON, read exactly) too."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def error_body(code: str, message: str, *, param: str | None = None) -> Mapping[str, Any]:

@@ -50,6 +50,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                     "additionalProperties": _ACTION,
                 },
                 "allow_missing_status": {"type": "boolean"},
+                "require_provenance": {"type": "boolean"},
                 "max_cached_verdicts": {"type": "integer", "minimum": 1},
             }
         ),
@@ -58,6 +59,17 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
             {
                 "path": {"type": "string", "minLength": 1},
                 "include_arguments": {"type": "boolean"},
+            }
+        ),
+        "ledger": _object(
+            {
+                "backend": {"enum": ["memory", "redis"]},
+                "url": {"type": "string", "pattern": "^(redis|rediss|unix)://"},
+                "ttl_s": _SECONDS,
+                "max_responses": {"type": "integer", "minimum": 1},
+                "max_chain": {"type": "integer", "minimum": 1},
+                "timeout_s": _SECONDS,
+                "fail_open": {"type": "boolean"},
             }
         ),
         "limits": _object(
@@ -98,6 +110,17 @@ class Audit:
 
 
 @dataclass(frozen=True)
+class Ledger:
+    backend: str = "memory"
+    url: str = "redis://127.0.0.1:6379/0"
+    ttl_s: float = 86400.0
+    max_responses: int = 100_000
+    max_chain: int = 64
+    timeout_s: float = 1.0
+    fail_open: bool = False
+
+
+@dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 64 * 1024 * 1024
 
@@ -108,6 +131,7 @@ class Config:
     upstream: Upstream = field(default_factory=Upstream)
     gate: Policy = field(default_factory=Policy)
     audit: Audit = field(default_factory=Audit)
+    ledger: Ledger = field(default_factory=Ledger)
     limits: Limits = field(default_factory=Limits)
 
     def with_overrides(
@@ -155,6 +179,7 @@ def parse_config(data: Any) -> Config:
         ("listen", Listen),
         ("upstream", Upstream),
         ("audit", Audit),
+        ("ledger", Ledger),
         ("limits", Limits),
     ):
         try:

@@ -34,7 +34,13 @@ ALL_REASONS = (*REASONS, ENVELOPE)
 
 
 class Recorded(Protocol):
-    """What the proxy recorded of earlier upstream responses (the ledger), as the gate sees it."""
+    """What the proxy recorded of earlier upstream responses (the ledger), as the gate sees it.
+
+    `trust_unpaired` is true when the history a request names could not be read and the
+    config fails open: an output with no pair then passes instead of being an `orphan`.
+    """
+
+    trust_unpaired: bool
 
     def calls(self, call_id: str) -> Sequence[Item]:
         """Items answering `call_id` in the `previous_response_id` chain of this request."""
@@ -51,6 +57,8 @@ class Recorded(Protocol):
 
 class NothingRecorded:
     """No ledger: only inline items pair, and nothing counts as emitted upstream."""
+
+    trust_unpaired = False
 
     def calls(self, call_id: str) -> Sequence[Item]:
         return ()
@@ -289,7 +297,7 @@ class _Inspection:
             return finding("orphan")
         pairs = self.paired(index, call_id)
         if not pairs:
-            return finding("orphan")
+            return None if self.recorded.trust_unpaired else finding("orphan")
         paired_index, call = pairs[0]
         name = call.get("name")
         arguments = call.get("arguments")

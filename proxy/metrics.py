@@ -51,5 +51,17 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.ledger_faults = Counter(
+            "replay_proxy_ledger_faults",
+            "Ledger reads and writes that failed or timed out, by operation.",
+            ["operation"],
+            registry=self.registry,
+        )
+        self.ledger_responses = Gauge(
+            "replay_proxy_ledger_responses",
+            "Responses this process holds in its memory ledger (or wrote to Redis).",
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

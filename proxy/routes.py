@@ -14,13 +14,20 @@ GATED = {
 }
 
 _PATH_PARAMS = re.compile(r";[^/]*")
+_ABSOLUTE_FORM = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?]*")
 _UNRESERVED_ESCAPE = re.compile(r"%(2[dDeE]|3[0-9]|[46][1-9a-fA-F]|[57][0-9aA]|5[fF]|7[eE])")
 
 
 def split_target(raw_target: str) -> tuple[str, str]:
-    """The raw path and the raw query (with its `?`, or empty)."""
+    """The raw path and the raw query (with its `?`, or empty).
+
+    An absolute-form target (`http://host/path`, RFC 9112 §3.2.2) is read as its path.
+    """
+    absolute = _ABSOLUTE_FORM.match(raw_target)
+    if absolute is not None:
+        raw_target = raw_target[absolute.end() :]
     path, sep, query = raw_target.partition("?")
-    return path, sep + query
+    return path if path.startswith("/") else "/" + path, sep + query
 
 
 def normalise(path: str) -> str:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -32,6 +32,14 @@ HOP_BY_HOP = frozenset(
 )
 # Set by the proxy for the upstream hop itself.
 _REQUEST_OWN = frozenset({"host", "content-length"})
+
+
+class Tap(Protocol):
+    """Sees each chunk of an answer before it is forwarded, and its end before EOF is sent."""
+
+    async def feed(self, chunk: bytes) -> None: ...
+
+    async def finish(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,7 @@ class Upstream:
         data: Any,
         headers: CIMultiDict[str],
         extra_headers: Mapping[str, str] | None = None,
+        tap_for: Callable[[aiohttp.ClientResponse], Tap | None] | None = None,
     ) -> web.StreamResponse:
         """Send the request upstream and stream the answer back chunk by chunk.
 
@@ -142,9 +151,14 @@ class Upstream:
             if extra_headers:
                 response.headers.update(extra_headers)
             await response.prepare(request)
+            tap = tap_for(upstream) if tap_for is not None else None
             try:
                 async for chunk in upstream.content.iter_any():
+                    if tap is not None:
+                        await tap.feed(chunk)
                     await response.write(chunk)
+                if tap is not None:
+                    await tap.finish()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError):
                 # The client hung up: leaving the block releases the upstream connection.
                 log.info("client went away mid-answer: %s %s", request.method, target)

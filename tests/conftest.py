@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,3 +140,67 @@ def scripted_upstream() -> Iterator[str]:
     """fastresponses serving the scripted agent; yields its base URL with `/v1`."""
     with serve_in_thread() as url:
         yield url.removesuffix("/v1")
+
+
+class RedisServer:
+    """A real redis-server on a free loopback port, started and stopped by the tests."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.fail("redis-server is not installed (.ci/run installs Debian's redis-server)")
+        self.process = subprocess.Popen(
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self.process = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

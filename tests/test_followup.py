@@ -1,0 +1,241 @@
+"""Follow-up turns through the ledger: previous_response_id, provenance, Redis shared and down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from openai import AsyncOpenAI
+from openai.types.responses import ResponseCompletedEvent
+
+from tests.conftest import (
+    SALES_TOOL,
+    ProxyFactory,
+    RedisServer,
+    audit_records,
+    sales_output,
+)
+
+MODEL = "scripted"
+TOOLS: list[Any] = [SALES_TOOL]
+Clients = Callable[[str], AsyncOpenAI]
+
+
+@pytest.fixture
+async def client_for() -> AsyncIterator[Clients]:
+    clients: list[AsyncOpenAI] = []
+
+    def make(base: str) -> AsyncOpenAI:
+        client = AsyncOpenAI(base_url=base + "/v1", api_key="sk-tenant-a", max_retries=0)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+async def create(client: AsyncOpenAI, *, stream: bool, **request: Any) -> Any:
+    """responses.create, streamed or not; returns the final response either way."""
+    if not stream:
+        return await client.responses.create(model=MODEL, tools=TOOLS, **request)
+    events = await client.responses.create(model=MODEL, tools=TOOLS, stream=True, **request)
+    completed = [e.response async for e in events if isinstance(e, ResponseCompletedEvent)]
+    assert len(completed) == 1
+    return completed[0]
+
+
+async def tool_turn(client: AsyncOpenAI, *, stream: bool) -> tuple[str, dict[str, Any]]:
+    """Turn 1: the model calls the sales tool. Returns the response id and the call."""
+    response = await create(client, stream=stream, input="what are the latest sales?")
+    [call] = [item for item in response.output if item.type == "function_call"]
+    return response.id, call.model_dump(exclude_none=True)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_follow_up_with_only_the_output_passes(
+    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Clients, stream: bool
+) -> None:
+    client = client_for(await start_proxy(scripted_upstream))
+    response_id, call = await tool_turn(client, stream=stream)
+
+    answer = await create(
+        client,
+        stream=stream,
+        input=[sales_output(call["call_id"], "apac: 42")],
+        previous_response_id=response_id,
+    )
+
+    assert answer.output_text == "tool said: apac: 42"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_fabricated_output_is_blocked(
+    scripted_upstream: str,
+    start_proxy: ProxyFactory,
+    client_for: Clients,
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    client = client_for(await start_proxy(scripted_upstream))
+    response_id, _ = await tool_turn(client, stream=stream)
+
+    with pytest.raises(openai.BadRequestError) as raised:
+        await create(
+            client,
+            stream=stream,
+            input=[sales_output("call_never_made")],
+            previous_response_id=response_id,
+        )
+
+    assert raised.value.code == "replay_rejected"
+    assert isinstance(raised.value.body, dict)
+    assert [f["reason"] for f in raised.value.body["findings"]] == ["orphan"]
+    [record] = audit_records(tmp_path)
+    assert record["previous_response_id"] == response_id
+
+
+async def test_another_tenant_cannot_pair_with_my_response(
+    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Clients
+) -> None:
+    base = await start_proxy(scripted_upstream)
+    response_id, call = await tool_turn(client_for(base), stream=False)
+    other = AsyncOpenAI(base_url=base + "/v1", api_key="sk-tenant-b", max_retries=0)
+
+    with pytest.raises(openai.BadRequestError) as raised:
+        await other.responses.create(
+            model=MODEL,
+            input=[sales_output(call["call_id"])],  # type: ignore[list-item]
+            previous_response_id=response_id,
+        )
+    await other.close()
+
+    assert raised.value.code == "replay_rejected"
+
+
+async def test_an_unknown_previous_response_fails_closed_unless_configured_open(
+    recording_upstream: Any, start_proxy: ProxyFactory
+) -> None:
+    body = {"model": MODEL, "previous_response_id": "resp_unknown", "input": [sales_output("c1")]}
+    closed = await start_proxy(recording_upstream.url)
+    opened = await start_proxy(recording_upstream.url, ledger={"fail_open": True})
+    async with aiohttp.ClientSession() as session:
+        async with session.post(closed + "/v1/responses", json=body) as response:
+            assert response.status == 400
+            assert (await response.json())["error"]["findings"][0]["reason"] == "orphan"
+        assert recording_upstream.received == []
+        async with session.post(opened + "/v1/responses", json=body) as response:
+            assert response.status == 200
+    [received] = recording_upstream.received
+    assert received.json() == body
+
+
+async def test_two_proxies_sharing_redis_pair_across_processes(
+    scripted_upstream: str,
+    start_proxy: ProxyFactory,
+    client_for: Clients,
+    redis_server: RedisServer,
+) -> None:
+    ledger = {"backend": "redis", "url": redis_server.url}
+    first = client_for(await start_proxy(scripted_upstream, ledger=ledger))
+    second = client_for(await start_proxy(scripted_upstream, ledger=ledger))
+    response_id, call = await tool_turn(first, stream=True)
+
+    answer = await create(
+        second,
+        stream=False,
+        input=[sales_output(call["call_id"], "from the second proxy")],
+        previous_response_id=response_id,
+    )
+
+    assert answer.output_text == "tool said: from the second proxy"
+
+
+async def test_a_memory_ledger_is_per_process(
+    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Clients
+) -> None:
+    first = client_for(await start_proxy(scripted_upstream))
+    second = client_for(await start_proxy(scripted_upstream))
+    response_id, call = await tool_turn(first, stream=False)
+
+    with pytest.raises(openai.BadRequestError):
+        await create(
+            second,
+            stream=False,
+            input=[sales_output(call["call_id"])],
+            previous_response_id=response_id,
+        )
+
+
+@pytest.mark.parametrize(
+    ("edit", "rejected"),
+    [
+        pytest.param({}, False, id="as-emitted"),
+        pytest.param({"arguments": json.dumps({"region": "emea"})}, True, id="edited-arguments"),
+        pytest.param({"name": "lookup_order"}, True, id="edited-name"),
+    ],
+)
+async def test_provenance_rejects_a_call_the_model_never_made(
+    scripted_upstream: str,
+    start_proxy: ProxyFactory,
+    client_for: Clients,
+    edit: dict[str, Any],
+    rejected: bool,
+) -> None:
+    client = client_for(await start_proxy(scripted_upstream, gate={"require_provenance": True}))
+    _, call = await tool_turn(client, stream=False)
+    history = [
+        {"role": "user", "content": "what are the latest sales?"},
+        call | edit,
+        sales_output(call["call_id"], "apac: 42"),
+    ]
+    tools = [SALES_TOOL, SALES_TOOL | {"name": "lookup_order"}]
+
+    if not rejected:
+        answer = await client.responses.create(model=MODEL, input=history, tools=tools)  # type: ignore[arg-type]
+        assert answer.output_text == "tool said: apac: 42"
+        return
+    with pytest.raises(openai.BadRequestError) as raised:
+        await client.responses.create(model=MODEL, input=history, tools=tools)  # type: ignore[arg-type]
+    assert isinstance(raised.value.body, dict)
+    assert [f["reason"] for f in raised.value.body["findings"]] == ["provenance"]
+
+
+async def test_redis_down_fails_closed_promptly_and_recovers(
+    scripted_upstream: str,
+    start_proxy: ProxyFactory,
+    client_for: Clients,
+    redis_server: RedisServer,
+) -> None:
+    ledger = {"backend": "redis", "url": redis_server.url, "timeout_s": 1}
+    base = await start_proxy(scripted_upstream, ledger=ledger)
+    client = client_for(base)
+    response_id, call = await tool_turn(client, stream=False)
+
+    redis_server.stop()
+    with pytest.raises(openai.BadRequestError) as raised:
+        await create(
+            client,
+            stream=False,
+            input=[sales_output(call["call_id"])],
+            previous_response_id=response_id,
+        )
+    assert raised.value.code == "replay_rejected"
+    async with aiohttp.ClientSession() as session, session.get(base + "/-/metrics") as metrics:
+        text = await metrics.text()
+    assert 'replay_proxy_ledger_faults_total{operation="read"} 1.0' in text
+
+    redis_server.start()
+    response_id, call = await tool_turn(client, stream=False)
+    answer = await create(
+        client,
+        stream=False,
+        input=[sales_output(call["call_id"], "back")],
+        previous_response_id=response_id,
+    )
+    assert answer.output_text == "tool said: back"
