@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 import uuid
@@ -86,7 +87,7 @@ def tenant_of(request: web.Request) -> str | None:
 
 
 async def healthy(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return web.json_response({"status": "ok", "pid": os.getpid()})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -108,6 +109,8 @@ def error_response(
 async def proxy(request: web.Request) -> web.StreamResponse:
     raw_path, query = routes.split_target(request.raw_path)
     gated = routes.gated_path(raw_path)
+    if gated is not None and _is_websocket(request):
+        return await websocket(request, gated, query)
     if gated is not None and (request.method not in _BODYLESS or request.body_exists):
         return await gate(request, gated, query)
     data = request.content if request.body_exists else None
@@ -163,12 +166,8 @@ async def gate(request: web.Request, path: str, query: str) -> web.StreamRespons
         app[METRICS].requests.labels(route, "invalid").inc()
         return error_response(exc.status, exc.code, exc.message)
     tenant = tenant_of(request)
-    ledger = app[LEDGER]
-    view = await ledger.view(tenant or "-", parsed, provenance=config.gate.require_provenance)
-    verdict = inspect(parsed, config.gate, view or NOTHING_RECORDED)
+    verdict = await judge(app, parsed, raw, path=path, tenant=tenant, transport="http")
     app[METRICS].gate_seconds.observe(time.perf_counter() - started)
-    if verdict.findings:
-        record_findings(request, verdict, parsed, raw, path, tenant)
     if verdict.outcome == "block":
         app[METRICS].requests.labels(route, "block").inc()
         return web.Response(
@@ -181,7 +180,7 @@ async def gate(request: web.Request, path: str, query: str) -> web.StreamRespons
     extra = {"x-replay-gate": header} if header else None
     tap_for = None
     if route == "responses":
-        tap_for = _tap_for(ledger, tenant or "-", config.limits.max_body_bytes)
+        tap_for = _tap_for(app[LEDGER], tenant or "-", config.limits.max_body_bytes)
     if verdict.outcome == "strip":
         stripped = body.dumps({**parsed, "input": verdict.input})
         headers = relayed_headers(request.headers, drop=_STRIPPED_DROP | {"host"})
@@ -216,31 +215,164 @@ async def read_raw(request: web.Request, limit: int) -> bytes:
     return bytes(chunks)
 
 
-def record_findings(
-    request: web.Request,
-    verdict: Verdict,
+async def judge(
+    app: web.Application,
     parsed: dict[str, Any],
     raw: bytes,
+    *,
+    path: str,
+    tenant: str | None,
+    transport: str,
+) -> Verdict:
+    """Gate a parsed body against its recorded history; count and audit what it finds."""
+    config = app[CONFIG]
+    view = await app[LEDGER].view(tenant or "-", parsed, provenance=config.gate.require_provenance)
+    verdict = inspect(parsed, config.gate, view or NOTHING_RECORDED)
+    if verdict.findings:
+        for finding in verdict.findings:
+            app[METRICS].findings.labels(finding.reason, finding.action).inc()
+        app[AUDIT].write(
+            audit.Request(
+                request_id="req_" + uuid.uuid4().hex,
+                transport=transport,
+                path=path,
+                body=parsed,
+                raw=raw,
+                tenant=tenant,
+            ),
+            verdict,
+        )
+    return verdict
+
+
+def _is_websocket(request: web.Request) -> bool:
+    return request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+# Negotiated per hop by aiohttp on each side; never copied from one hop to the other.
+_WEBSOCKET_OWN = frozenset(
+    {
+        "host",
+        "content-length",
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-protocol",
+        "sec-websocket-accept",
+    }
+)
+
+
+async def websocket(request: web.Request, path: str, query: str) -> web.StreamResponse:
+    """Relay a WebSocket; every `response.create` frame is gated exactly like a POST body."""
+    app = request.app
+    limit = app[CONFIG].limits.max_body_bytes
+    protocols = [
+        p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
+    ]
+    try:
+        upstream = await app[UPSTREAM].session.ws_connect(
+            app[UPSTREAM].url(path + query),
+            headers=relayed_headers(request.headers, drop=_WEBSOCKET_OWN),
+            protocols=protocols,
+            max_msg_size=limit,
+            autoping=True,
+        )
+    except aiohttp.WSServerHandshakeError as exc:
+        return error_response(
+            exc.status, "upstream_refused", f"the upstream refused: {exc.message}"
+        )
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return error_response(502, "upstream_unreachable", f"cannot connect to the upstream: {exc}")
+    client = web.WebSocketResponse(
+        protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
+    )
+    await client.prepare(request)
+    tenant = tenant_of(request)
+    tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit)
+    app[METRICS].open_streams.inc()
+    try:
+        to_upstream = asyncio.create_task(_client_frames(app, client, upstream, path, tenant))
+        to_client = asyncio.create_task(_upstream_frames(upstream, client, tap))
+        done, pending = await asyncio.wait(
+            (to_upstream, to_client), return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for task in done:
+            if task.exception() is not None:
+                log.warning("websocket relay ended: %r", task.exception())
+    finally:
+        app[METRICS].open_streams.dec()
+        await upstream.close()
+        await client.close()
+    return client
+
+
+async def _client_frames(
+    app: web.Application,
+    client: web.WebSocketResponse,
+    upstream: aiohttp.ClientWebSocketResponse,
     path: str,
     tenant: str | None,
 ) -> None:
-    app = request.app
-    for finding in verdict.findings:
-        app[METRICS].findings.labels(finding.reason, finding.action).inc()
-    app[AUDIT].write(
-        audit.Request(
-            request_id="req_" + uuid.uuid4().hex,
-            transport="http",
-            path=path,
-            body=parsed,
-            raw=raw,
-            tenant=tenant,
-        ),
-        verdict,
-    )
+    async for message in client:
+        if message.type == aiohttp.WSMsgType.TEXT:
+            reply, forward = await _gate_frame(app, message.data, path, tenant)
+            if reply is not None:
+                await client.send_str(reply)
+            if forward is not None:
+                await upstream.send_str(forward)
+        elif message.type == aiohttp.WSMsgType.BINARY:
+            # A binary frame could carry a request the upstream parses: it is never relayed.
+            error = body.error_body("invalid_frame", "binary frames are not accepted")
+            await client.send_str(_error_event(400, error))
+        else:
+            break
 
 
-async def serve(config: Config, *, on_ready: Callable[[int], None] | None = None) -> None:
+async def _upstream_frames(
+    upstream: aiohttp.ClientWebSocketResponse, client: web.WebSocketResponse, tap: ResponseTap
+) -> None:
+    async for message in upstream:
+        if message.type == aiohttp.WSMsgType.TEXT:
+            await tap.event(message.data)
+            await client.send_str(message.data)
+        elif message.type == aiohttp.WSMsgType.BINARY:
+            await client.send_bytes(message.data)
+        else:
+            break
+
+
+def _error_event(status: int, error: Mapping[str, Any]) -> str:
+    """The spec's WebSocket error event around an API error body."""
+    return orjson.dumps({"type": "error", "status": status, **error}).decode()
+
+
+async def _gate_frame(
+    app: web.Application, text: str, path: str, tenant: str | None
+) -> tuple[str | None, str | None]:
+    """(an error event to answer with, the frame to forward): one of them is None."""
+    raw = text.encode("utf-8", "surrogatepass")
+    try:
+        frame = body.parse(raw)
+    except body.BodyError as exc:
+        return _error_event(exc.status, body.error_body(exc.code, exc.message)), None
+    if frame.get("type") != "response.create":
+        return None, text
+    started = time.perf_counter()
+    verdict = await judge(app, frame, raw, path=path, tenant=tenant, transport="websocket")
+    app[METRICS].gate_seconds.observe(time.perf_counter() - started)
+    app[METRICS].requests.labels("websocket", verdict.outcome).inc()
+    if verdict.outcome == "block":
+        return _error_event(400, rejection(verdict)), None
+    if verdict.outcome == "strip":
+        return None, body.dumps({**frame, "input": verdict.input}).decode()
+    return None, text
+
+
+async def serve(config: Config, *, reuse_port: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting and let requests in flight finish."""
     grace_s = config.listen.shutdown_grace_s
     runner = web.AppRunner(
@@ -248,14 +380,12 @@ async def serve(config: Config, *, on_ready: Callable[[int], None] | None = None
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.listen.host, config.listen.port)
+        site = web.TCPSite(runner, config.listen.host, config.listen.port, reuse_port=reuse_port)
         await site.start()
         port = _bound_port(runner)
         log.info(
             "listening on http://%s:%d, upstream %s", config.listen.host, port, config.upstream.url
         )
-        if on_ready is not None:
-            on_ready(port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import Any
 
 from proxy.gate import Verdict
 
@@ -59,15 +60,24 @@ class AuditLog:
     def __init__(self, path: str, *, include_arguments: bool = False) -> None:
         self.path = path
         self.include_arguments = include_arguments
-        self._file: IO[bytes] = sys.stdout.buffer if path == "-" else open(path, "ab")  # noqa: SIM115
+        # O_APPEND and one write() per record: workers sharing the file never interleave lines.
+        self._fd = (
+            sys.stdout.fileno()
+            if path == "-"
+            else os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        )
 
     def write(self, request: Request, verdict: Verdict) -> dict[str, Any]:
         entry = record(request, verdict, include_arguments=self.include_arguments)
         # stdlib json with ASCII escapes: any value the gate saw can be written, big integers too.
-        self._file.write(json.dumps(entry, separators=(",", ":")).encode("ascii") + b"\n")
-        self._file.flush()
+        line = json.dumps(entry, separators=(",", ":")).encode("ascii") + b"\n"
+        if self.path == "-":
+            sys.stdout.flush()
+        written = os.write(self._fd, line)
+        while written < len(line):
+            written += os.write(self._fd, line[written:])
         return entry
 
     def close(self) -> None:
         if self.path != "-":
-            self._file.close()
+            os.close(self._fd)

@@ -23,6 +23,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--host", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default 8787; 0 = any free port)")
     serve.add_argument("--log-level", default="INFO", help="operational log level (stderr)")
+    serve.add_argument(
+        "--workers", type=int, default=1, help="processes sharing the port (SO_REUSEPORT)"
+    )
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
 
     check = commands.add_parser("check", help="gate logged request bodies offline")
     check.add_argument("file", help="a request body, an array of items, or JSON Lines; - = stdin")
@@ -38,21 +42,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     if args.command == "serve":
-        return run_serve(config, args.log_level)
+        return run_serve(config, args)
     return run_check(args.file, config, as_json=args.json)
 
 
-def run_serve(config: Config, log_level: str) -> int:
+def run_serve(config: Config, args: argparse.Namespace) -> int:
     # Imported here so that `check` never loads the HTTP stack.
     from proxy.app import serve
+    from proxy.workers import free_port, supervise
 
     logging.basicConfig(
-        level=log_level.upper(),
+        level=args.log_level.upper(),
         stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
     )
+    if args.workers < 1:
+        print("replay-proxy: --workers must be at least 1", file=sys.stderr)  # noqa: T201
+        return 2
+    if args.workers > 1:
+        port = config.listen.port or free_port(config.listen.host)
+        worker_args = ["--host", config.listen.host, "--port", str(port), "--reuse-port"]
+        worker_args += ["--log-level", args.log_level]
+        if args.config:
+            worker_args += ["--config", args.config]
+        if args.upstream:
+            worker_args += ["--upstream", args.upstream]
+        return supervise(worker_args, args.workers)
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, reuse_port=args.reuse_port))
     except OSError as exc:
         logging.getLogger("replay_proxy").error("cannot serve: %s", exc)
         return 1

@@ -78,13 +78,27 @@ class RecordingUpstream:
     received: list[Received] = field(default_factory=list)
     handler: Handler = _ok
     url: str = ""
+    frames: list[str] = field(default_factory=list)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self.websocket(request)
         received = Received(
             request.method, request.raw_path, CIMultiDict(request.headers), await request.read()
         )
         self.received.append(received)
         return await self.handler(request, received)
+
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        """Records every text frame; answers each with a completed response naming its turn."""
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            self.frames.append(message.data)
+            turn = len(self.frames)
+            response = {"id": f"resp_ws_{turn}", "object": "response", "output": []}
+            await ws.send_json({"type": "response.completed", "response": response})
+        return ws
 
 
 @pytest.fixture
@@ -110,7 +124,7 @@ async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
     """
     servers: list[TestServer] = []
 
-    async def start(upstream: str, **sections: Any) -> str:
+    async def start(upstream: str, /, **sections: Any) -> str:
         data: dict[str, Any] = {
             "upstream": {"url": upstream},
             "audit": {"path": str(tmp_path / "audit.jsonl")},

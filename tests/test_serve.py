@@ -9,12 +9,15 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from openai import AsyncOpenAI
 
-from tests.conftest import Received, RecordingUpstream
+from proxy.workers import free_port
+from tests.conftest import SALES_TOOL, Received, RecordingUpstream, RedisServer, sales_output
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -158,3 +161,68 @@ def test_the_example_config_starts_a_valid_config() -> None:
         cwd=REPO,
     )
     assert done.returncode == 0, done.stderr
+
+
+async def two_turns(first: str, second: str) -> str:
+    """Turn 1 (the model calls a tool) via `first`, turn 2 (only the output) via `second`."""
+    async with (
+        AsyncOpenAI(base_url=first + "/v1", api_key="sk-x", max_retries=0) as one,
+        AsyncOpenAI(base_url=second + "/v1", api_key="sk-x", max_retries=0) as two,
+    ):
+        tools: list[Any] = [SALES_TOOL]
+        response = await one.responses.create(model="m", input="sales?", tools=tools)
+        [call] = [item for item in response.output if item.type == "function_call"]
+        answer = await two.responses.create(
+            model="m",
+            previous_response_id=response.id,
+            input=[sales_output(call.call_id, "across processes")],  # type: ignore[list-item]
+            tools=tools,
+        )
+    return answer.output_text
+
+
+def redis_config(tmp_path: Path, redis_server: RedisServer) -> str:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(
+        f"ledger: {{backend: redis, url: '{redis_server.url}'}}\n"
+        f"audit: {{path: '{tmp_path / 'audit.jsonl'}'}}\n"
+    )
+    return str(path)
+
+
+async def test_two_proxy_processes_share_the_ledger_through_redis(
+    scripted_upstream: str, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    config = redis_config(tmp_path, redis_server)
+    first = await start("--config", config, "--upstream", scripted_upstream)
+    second = await start("--config", config, "--upstream", scripted_upstream)
+    try:
+        assert await two_turns(first.url, second.url) == "tool said: across processes"
+    finally:
+        assert await first.stop() == 0
+        assert await second.stop() == 0
+
+
+async def test_workers_share_one_port(
+    scripted_upstream: str, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    port = free_port("127.0.0.1")
+    config = redis_config(tmp_path, redis_server)
+    proxy = await start(
+        "--config", config, "--upstream", scripted_upstream, "--workers", "2", "--port", str(port)
+    )
+    try:
+        pids = set()
+        for _ in range(200):
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(proxy.url + "/-/healthy") as response,
+            ):
+                pids.add((await response.json())["pid"])
+            if len(pids) == 2:
+                break
+        assert len(pids) == 2
+        assert proxy.process.pid not in pids
+        assert await two_turns(proxy.url, proxy.url) == "tool said: across processes"
+    finally:
+        assert await proxy.stop() == 0
