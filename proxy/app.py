@@ -39,7 +39,10 @@ _STRIPPED_DROP = frozenset({"content-encoding", "content-length"})
 
 
 def make_app(config: Config) -> web.Application:
-    app = web.Application(handler_args={"auto_decompress": False})
+    # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
+    # the original bytes); a client that hangs up cancels its handler, which releases the
+    # upstream connection at once instead of at the upstream's next chunk.
+    app = web.Application(handler_args={"auto_decompress": False, "handler_cancellation": True})
     app[CONFIG] = config
     app[METRICS] = Metrics()
     app.cleanup_ctx.append(_upstream_ctx)
@@ -157,8 +160,8 @@ async def gate(request: web.Request, path: str, query: str) -> web.StreamRespons
     route = routes.GATED[path]
     started = time.perf_counter()
     try:
-        body.check_content_type(request.headers.get("Content-Type", ""))
-        applied = body.codings(request.headers.get("Content-Encoding", ""))
+        body.check_content_type(", ".join(request.headers.getall("Content-Type", ())))
+        applied = body.codings(", ".join(request.headers.getall("Content-Encoding", ())))
         raw = await read_raw(request, config.limits.max_body_bytes)
         decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
         parsed = body.parse(decoded)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 
@@ -41,7 +42,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_no_constant)
+def _finite(text: str) -> float:
+    # `1e400` is valid JSON syntax but no double: Python would read it as infinity, which
+    # re-serialises as `Infinity` (not JSON) or `null`, a value the sender never wrote.
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:40]} overflows a double")
+    return value
+
+
+_decoder = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_finite
+)
 
 
 def loads(doc: str | bytes) -> Any:

@@ -28,10 +28,16 @@ class Proxy:
     def __init__(self, process: asyncio.subprocess.Process, url: str) -> None:
         self.process = process
         self.url = url
+        self.signalled = False
+
+    def terminate(self) -> None:
+        """SIGTERM, once: a second one while the process exits could land after its handler."""
+        if not self.signalled and self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        self.signalled = True
 
     async def stop(self) -> int:
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
+        self.terminate()
         return await asyncio.wait_for(self.process.wait(), timeout=30)
 
 
@@ -102,7 +108,7 @@ async def test_sigterm_lets_a_stream_in_flight_finish(
         ) as response,
     ):
         assert await response.content.readline() == b"data: one\n"
-        served.process.send_signal(signal.SIGTERM)
+        served.terminate()
 
         # The proxy stops accepting: a new connection is refused while the stream goes on.
         async def refused() -> None:
