@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import items, strictjson
-from proxy.gate import Verdict
+from proxy.gate import Finding, Verdict
 
 
 class DocumentError(ValueError):
@@ -80,24 +80,28 @@ def report_lines(name: str, document: Document, verdict: Verdict) -> Iterator[st
     """One line per function_call_output (and per envelope item), then the outcome."""
     prefix = f"{name}:{document.line}" if document.line is not None else name
     input_items = document.body.get("input")
-    findings = {f.index: f for f in verdict.findings}
+    # An output that is also an envelope has two findings: one line each.
+    findings: dict[int, list[Finding]] = {}
+    for f in verdict.findings:
+        findings.setdefault(f.index, []).append(f)
     if isinstance(input_items, list):
         for index, item in enumerate(input_items):
-            finding = findings.get(index)
-            if not items.is_output(item) and finding is None:
+            found = findings.get(index, [])
+            if not items.is_output(item) and not found:
                 continue
             call_id = items.output_call_id(item) if items.is_output(item) else None
-            if finding is None:
+            if not found:
                 name_ = _tool_name(input_items, index, call_id)
                 yield f"{prefix}: input[{index}] {call_id} {name_ or '-'}: ok"
                 continue
-            detail = finding.reason
-            if finding.fail:
-                detail += " " + ", ".join(f"{v.path or '/'} ({v.reason})" for v in finding.fail)
-            yield (
-                f"{prefix}: input[{index}] {finding.call_id or '-'} {finding.name or '-'}: "
-                f"{detail} [{finding.action}]"
-            )
+            for finding in found:
+                detail = finding.reason
+                if finding.fail:
+                    detail += " " + ", ".join(f"{v.path or '/'} ({v.reason})" for v in finding.fail)
+                yield (
+                    f"{prefix}: input[{index}] {finding.call_id or '-'} {finding.name or '-'}: "
+                    f"{detail} [{finding.action}]"
+                )
     yield f"{prefix}: outcome {verdict.outcome}, {len(verdict.findings)} finding(s)"
 
 

@@ -198,7 +198,8 @@ def _explain(error: jsonschema.ValidationError) -> str:
     where = ".".join(str(p) for p in error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
-        unknown = sorted(k for k in error.instance if k not in known)
+        # key=str: YAML keys need not be strings, and 1 < "a" would raise.
+        unknown = sorted((k for k in error.instance if k not in known), key=str)
         key = f"{where}.{unknown[0]}" if where else unknown[0]
         return f"{key}: unknown key"
     # A propertyNames failure reports the inner keyword (`enum`) with the property as instance.

@@ -1,0 +1,316 @@
+"""Properties of `inspect` on generated bodies: it never raises, never forwards a failing pair."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy import items
+from proxy.gate import ACTIONS, ALL_REASONS, Policy, Verdict, inspect
+from proxy.items import Item
+from proxy.schemas import SchemaCache
+
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4)
+)
+KEYS = st.sampled_from(["type", "id", "call_id", "name", "arguments", "input", "role"])
+JSON: st.SearchStrategy[Any] = st.recursive(
+    SCALARS,
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(KEYS | st.text(max_size=3), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+ROLL = st.integers(0, 3)
+
+
+@st.composite
+def mostly(draw: st.DrawFn, common: st.SearchStrategy[Any], rare: st.SearchStrategy[Any]) -> Any:
+    """`common` three times in four, so that most items are well formed and most pairs pass."""
+    # Not st.one_of(common, common, common, rare): one_of drops repeated branches.
+    return draw(rare) if draw(ROLL) == 0 else draw(common)
+
+
+SALES = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["region"],
+    "properties": {"region": {"enum": ["apac", "emea", "amer"]}},
+}
+SALES_TOOL = {"type": "function", "name": "get_latest_sales_report", "parameters": SALES}
+
+CALL_IDS = mostly(st.sampled_from(list("abcdefgh")), SCALARS)
+NAMES = mostly(st.sampled_from(["get_latest_sales_report", "lookup", "missing"]), SCALARS)
+TYPES = st.sampled_from(
+    ["function_call", "function_call_output", "message", "reasoning", "openai:web_search_call"]
+)
+STATUSES = mostly(st.just("completed"), st.sampled_from(["in_progress", "incomplete", None]))
+ARGUMENTS = mostly(
+    st.sampled_from(['{"region":"apac"}', '{"region":"emea"}', '{"region":"global"}']),
+    st.sampled_from(
+        [
+            '{"region":"apac","region":"emea"}',
+            '{"region":"apac","x":{"a":1,"a":1}}',
+            '{"region":NaN}',
+            '{"region":"apac"} {}',
+            '{"region":"\\ud800"}',
+            "{}",
+            "",
+            "[",
+        ]
+    )
+    | JSON,
+)
+SCHEMA_KEYS = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "required",
+        "enum",
+        "$ref",
+        "$defs",
+        "$schema",
+        "$id",
+        "additionalProperties",
+        "patternProperties",
+        "pattern",
+        "items",
+        "definitions",
+        "allOf",
+    ]
+)
+SCHEMA_VALUES = SCALARS | st.sampled_from(["object", "string", "#/$defs/a", "#", "^a+$", "("])
+SCHEMAS: st.SearchStrategy[Any] = st.one_of(
+    st.sampled_from(
+        [
+            SALES,
+            {"$ref": "#/$defs/a", "$defs": {"a": {"type": "object"}}},
+            {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"},
+            {"$schema": "urn:unknown"},
+            {"$ref": "#/nowhere"},
+            {"$ref": "#"},
+            {"type": 12},
+            {},
+            True,
+            False,
+        ]
+    ),
+    st.fixed_dictionaries({"$schema": JSON}),
+    st.recursive(
+        SCHEMA_VALUES,
+        lambda children: (
+            st.dictionaries(SCHEMA_KEYS, children, max_size=3) | st.lists(children, max_size=3)
+        ),
+        max_leaves=6,
+    ),
+)
+
+FUNCTION_CALLS = st.fixed_dictionaries(
+    {
+        "type": mostly(
+            st.just("function_call"), st.sampled_from(["acme:call", "custom_tool_call"])
+        ),
+        "call_id": CALL_IDS,
+        "name": NAMES,
+        "arguments": ARGUMENTS,
+    },
+    optional={"status": STATUSES, "id": st.sampled_from(["fc_a", "fc_b", "fc_c"]), "x": SCALARS},
+)
+OUTPUTS = st.fixed_dictionaries(
+    {"type": st.just("function_call_output"), "call_id": CALL_IDS},
+    optional={"output": SCALARS, "status": STATUSES},
+)
+
+
+def answered(call: dict[str, Any], output: dict[str, Any]) -> list[Any]:
+    return [call, output | {"call_id": call["call_id"]}]
+
+
+PAIRS = st.builds(answered, FUNCTION_CALLS, OUTPUTS)
+OTHER_ITEMS = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": SCALARS}),
+    st.fixed_dictionaries(
+        {"type": st.just("item_reference"), "id": st.sampled_from(["fc_a", "fc_b", "x"])}
+    ),
+    st.fixed_dictionaries({"id": st.sampled_from(["fc_a", "fc_c"])}),
+    st.fixed_dictionaries({"type": TYPES, "id": st.sampled_from(["a", "b", "rs_1"])}),
+    st.dictionaries(st.sampled_from(["type", "id", "call_id", "role"]), SCALARS),
+    JSON,
+)
+# Chat Completions envelopes: a tool message, an assistant message with tool_calls, an output
+# carrying tool_call_id.
+ENVELOPES = st.one_of(
+    st.fixed_dictionaries(
+        {"role": st.just("tool"), "content": SCALARS}, optional={"tool_call_id": CALL_IDS}
+    ),
+    st.fixed_dictionaries(
+        {"role": st.just("assistant"), "tool_calls": st.lists(SCALARS, max_size=2)}
+    ),
+    OUTPUTS.map(lambda item: item | {"tool_call_id": item["call_id"]}),
+)
+SEGMENTS = mostly(
+    PAIRS,
+    st.lists(FUNCTION_CALLS | OUTPUTS | OTHER_ITEMS, min_size=1, max_size=2)
+    | st.lists(ENVELOPES, max_size=1)
+    | PAIRS.map(lambda pair: pair[::-1]),
+)
+INPUT_ITEMS: st.SearchStrategy[list[Any]] = st.lists(SEGMENTS, max_size=6).map(
+    lambda segments: [item for segment in segments for item in segment]
+)
+TOOLS = st.one_of(
+    st.just([SALES_TOOL]),
+    st.lists(
+        st.one_of(
+            st.just(SALES_TOOL),
+            st.fixed_dictionaries(
+                {"type": st.just("function"), "name": NAMES, "parameters": SCHEMAS}
+            ),
+            st.fixed_dictionaries(
+                {
+                    "type": st.just("function"),
+                    "function": st.fixed_dictionaries({"name": NAMES, "parameters": SCHEMAS}),
+                }
+            ),
+            JSON,
+        ),
+        max_size=3,
+    ),
+    st.none(),
+    st.just("tools"),
+)
+BODIES = st.fixed_dictionaries(
+    {"input": INPUT_ITEMS, "tools": TOOLS},
+    optional={"previous_response_id": st.just("resp_1")},
+)
+PINNED = st.sampled_from(
+    [{}, {}, {"get_latest_sales_report": {"type": "object"}}, {"lookup": False}]
+)
+
+
+def policies(actions: Sequence[str] = ACTIONS) -> st.SearchStrategy[Policy]:
+    return st.builds(
+        Policy,
+        action=st.sampled_from(actions),
+        actions=st.dictionaries(st.sampled_from(ALL_REASONS), st.sampled_from(actions)),
+        allow_missing_status=st.booleans(),
+        require_provenance=mostly(st.just(False), st.just(True)),
+        tools=PINNED,
+    )
+
+
+class Ledger:
+    """A Recorded double over a fixed list of upstream items."""
+
+    trust_unpaired = False
+
+    def __init__(self, upstream: Sequence[Any]) -> None:
+        self.upstream = [item for item in upstream if isinstance(item, Mapping)]
+
+    def calls(self, call_id: str) -> Sequence[Item]:
+        return [item for item in self.upstream if items.pairing_key(item) == call_id]
+
+    def item(self, item_id: str) -> Item | None:
+        return next((item for item in self.upstream if item.get("id") == item_id), None)
+
+    def emitted(self, call: Item) -> bool:
+        return any(call is item for item in self.upstream)
+
+
+LEDGERS = st.builds(Ledger, st.lists(FUNCTION_CALLS | OTHER_ITEMS, max_size=3))
+
+
+@SETTINGS
+@given(body=JSON, policy=policies())
+def test_never_raises_on_any_json(body: Any, policy: Policy) -> None:
+    verdict = inspect(body, policy)
+    assert verdict.outcome in ("forward", "strip", "block")
+    verdict = inspect({"input": body, "tools": body}, policy)
+    assert verdict.outcome in ("forward", "strip", "block")
+    if isinstance(body, list):
+        inspect({"input": [body, *body]}, policy)
+
+
+@SETTINGS
+@given(body=BODIES, policy=policies(), ledger=LEDGERS)
+def test_never_raises_on_request_shaped_bodies(body: Any, policy: Policy, ledger: Ledger) -> None:
+    verdict = inspect(body, policy, ledger)
+    assert verdict.outcome in ("forward", "strip", "block")
+    assert (verdict.input is not None) == (verdict.outcome == "strip")
+    if verdict.outcome == "forward":
+        assert all(f.action == "log" for f in verdict.findings)
+
+
+def dangling_calls(original: Sequence[Any], forwarded: Sequence[Any]) -> set[str]:
+    """Keys the forwarded input has calls for and no outputs, where the original had both."""
+
+    def keys(input_items: Sequence[Any]) -> tuple[set[str], set[str]]:
+        calls: set[str] = set()
+        answered: set[str] = set()
+        for item in input_items:
+            if items.is_output(item):
+                call_id = items.output_call_id(item)
+                if call_id is not None:
+                    answered.add(call_id)
+            else:
+                key = items.pairing_key(item)
+                if key is not None:
+                    calls.add(key)
+        return calls, answered
+
+    calls, answered = keys(forwarded)
+    _, answered_before = keys(original)
+    return {key for key in calls - answered if key in answered_before}
+
+
+def forwarded(body: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    return body | {"input": verdict.input} if verdict.outcome == "strip" else body
+
+
+@SETTINGS
+@given(body=BODIES, policy=policies(actions=("block", "strip")), ledger=LEDGERS)
+def test_never_forwards_a_failing_pair(body: Any, policy: Policy, ledger: Ledger) -> None:
+    verdict = inspect(body, policy, ledger)
+    if verdict.outcome == "block":
+        assert verdict.findings
+        return
+    sent = forwarded(body, verdict)
+    # Gated again with the same settings, what is forwarded has nothing left to find.
+    assert inspect(sent, policy, ledger).findings == ()
+    assert dangling_calls(body["input"], sent["input"]) == set()
+    if verdict.outcome == "strip":
+        assert verdict.input is not None
+        # The forwarded input is the original with items removed, in order, untouched.
+        remaining = iter(body["input"])
+        assert all(any(item is kept for kept in remaining) for item in verdict.input)
+
+
+@SETTINGS
+@given(body=BODIES, policy=policies(), ledger=LEDGERS)
+def test_cached_verdicts_match_fresh_ones(body: Any, policy: Policy, ledger: Ledger) -> None:
+    warm = inspect(body, policy, ledger)
+    again = inspect(body, policy, ledger)
+    fresh = inspect(body, replace(policy, schemas=SchemaCache()), ledger)
+    assert again == warm == fresh
+    if warm.outcome == "forward":
+        # Logged findings leave the request as it was; the header counts them.
+        assert all(f.action == "log" for f in warm.findings)
+        assert warm.header() == (f"logged={len(warm.findings)}" if warm.findings else None)
