@@ -149,8 +149,12 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def error_body(code: str, message: str, *, param: str | None = None) -> Mapping[str, Any]:
+def error_body(
+    code: str,
+    message: str,
+    *,
+    param: str | None = None,
+    type_: str = "invalid_request_error",
+) -> Mapping[str, Any]:
     """The API's error shape for an answer the proxy makes itself."""
-    return {
-        "error": {"type": "invalid_request_error", "code": code, "message": message, "param": param}
-    }
+    return {"error": {"type": type_, "code": code, "message": message, "param": param}}

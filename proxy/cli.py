@@ -1,13 +1,19 @@
-"""replay-proxy command line: serve | check."""
+"""replay-proxy command line: serve | check | hash-key | audit verify."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
+import hashlib
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import BinaryIO
 
+from proxy.audit import GENESIS, verify
 from proxy.check import DocumentError, iter_documents, report_json, report_lines
 from proxy.config import Config, ConfigError, load_config
 from proxy.gate import inspect
@@ -33,17 +39,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--config", help="a proxy config: pinned schemas and gate settings")
     check.add_argument("--json", action="store_true", help="one JSON verdict per document")
 
+    commands.add_parser("hash-key", help="print the sha256 of a key read on stdin, for `clients:`")
+
+    audit = commands.add_parser("audit", help="the audit log")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    verify_files = audit_commands.add_parser("verify", help="check the hash chain of audit files")
+    verify_files.add_argument("files", nargs="+", metavar="FILE", help="oldest first; - = stdin")
+    verify_files.add_argument(
+        "--prev",
+        type=chain_hash,
+        default=GENESIS,
+        help="the hash the first record continues from (default: 64 zeros, a fresh chain)",
+    )
+
     args = parser.parse_args(argv)
+    if args.command == "hash-key":
+        return run_hash_key()
+    if args.command == "audit":
+        return run_audit_verify(args.files, args.prev)
     try:
-        config = load_config(args.config) if args.config else Config()
-        if args.command == "serve":
-            config = config.with_overrides(upstream=args.upstream, host=args.host, port=args.port)
+        config = serve_config(args) if args.command == "serve" else check_config(args)
     except ConfigError as exc:
         print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     if args.command == "serve":
         return run_serve(config, args)
     return run_check(args.file, config, as_json=args.json)
+
+
+def check_config(args: argparse.Namespace) -> Config:
+    return load_config(args.config) if args.config else Config()
+
+
+def serve_config(args: argparse.Namespace) -> Config:
+    """The config file, the flags over it, and the upstream key from the environment."""
+    config = load_config(args.config) if args.config else Config()
+    config = config.with_overrides(upstream=args.upstream, host=args.host, port=args.port)
+    return config.with_secrets(os.environ)
 
 
 def run_serve(config: Config, args: argparse.Namespace) -> int:
@@ -69,7 +101,7 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
             worker_args += ["--upstream", args.upstream]
         return supervise(worker_args, args.workers)
     try:
-        asyncio.run(serve(config, reuse_port=args.reuse_port))
+        asyncio.run(serve(config, reuse_port=args.reuse_port, reload=lambda: serve_config(args)))
     except OSError as exc:
         logging.getLogger("replay_proxy").error("cannot serve: %s", exc)
         return 1
@@ -102,6 +134,56 @@ def run_check(path: str, config: Config, *, as_json: bool) -> int:
         return 2
     sys.stdout.write("".join(line + "\n" for line in out))
     return 1 if dirty else 0
+
+
+def run_hash_key() -> int:
+    if sys.stdin.isatty():
+        # Typed at a terminal: not echoed, so the key stays out of the scrollback.
+        key = getpass.getpass("key: ").encode("utf-8", "surrogateescape")
+    else:
+        key = sys.stdin.buffer.read()
+        key = key[:-2] if key.endswith(b"\r\n") else key.removesuffix(b"\n")
+    if not key:
+        print("replay-proxy: hash-key: the key is empty", file=sys.stderr)  # noqa: T201
+        return 2
+    sys.stdout.write(hashlib.sha256(key).hexdigest() + "\n")
+    return 0
+
+
+def chain_hash(value: str) -> str:
+    """An argparse type: a sha256 hex digest, as `prev` carries it."""
+    digest = value.lower()
+    if len(digest) != 64 or digest.strip("0123456789abcdef"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a sha256 hex digest")
+    return digest
+
+
+def run_audit_verify(paths: Sequence[str], start: str) -> int:
+    start_name = "a fresh chain's start (64 zeros)" if start == GENESIS else "the --prev hash"
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        try:
+            with _open_binary(path) as f:
+                chain = verify(f, start, start_name=start_name)
+        except OSError as exc:
+            print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
+            return 2
+        if chain.broken is not None:
+            sys.stdout.write(f"{name}: line {chain.broken.line}: {chain.broken.reason}\n")
+            return 1
+        sys.stdout.write(f"{name}: ok, {chain.records} records, last hash {chain.last}\n")
+        # The next file must continue from this one.
+        start, start_name = chain.last, f"the last hash of {name}"
+    return 0
+
+
+@contextmanager
+def _open_binary(path: str) -> Iterator[BinaryIO]:
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    with open(path, "rb") as f:
+        yield f
 
 
 if __name__ == "__main__":

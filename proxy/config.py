@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "url": {"type": "string", "minLength": 1},
                 "connect_timeout_s": _SECONDS,
                 "read_timeout_s": _SECONDS,
+                "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
             }
         ),
         "gate": _object(
@@ -55,6 +57,18 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
             }
         ),
         "tools": {"type": "object", "additionalProperties": {"type": ["object", "boolean"]}},
+        "clients": {
+            "type": "array",
+            "items": {
+                **_object(
+                    {
+                        "name": {"type": "string", "minLength": 1},
+                        "key_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                    }
+                ),
+                "required": ["name", "key_sha256"],
+            },
+        },
         "audit": _object(
             {
                 "path": {"type": "string", "minLength": 1},
@@ -94,6 +108,9 @@ class Upstream:
     url: str = "http://127.0.0.1:8000"
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
+    api_key_env: str | None = None
+    # The key itself, read from `api_key_env` by the command line; never printed.
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -101,6 +118,14 @@ class Upstream:
             raise ValueError(f"url: {self.url!r} is not an http(s) URL with a host")
         if parts.query or parts.fragment:
             raise ValueError(f"url: {self.url!r} may not carry a query or fragment")
+
+
+@dataclass(frozen=True)
+class Client:
+    """A client allowed through: its name (the tenant) and the sha256 of its key."""
+
+    name: str
+    key_sha256: str
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,17 @@ class Config:
     audit: Audit = field(default_factory=Audit)
     ledger: Ledger = field(default_factory=Ledger)
     limits: Limits = field(default_factory=Limits)
+    clients: tuple[Client, ...] = ()
+
+    def with_secrets(self, environ: Mapping[str, str]) -> Config:
+        """The config with `upstream.api_key` read from the variable `api_key_env` names."""
+        name = self.upstream.api_key_env
+        if name is None:
+            return self
+        key = environ.get(name)
+        if not key:
+            raise ConfigError(f"upstream.api_key_env: the environment variable {name} is not set")
+        return replace(self, upstream=replace(self.upstream, api_key=key))
 
     def with_overrides(
         self, *, upstream: str | None = None, host: str | None = None, port: int | None = None
@@ -151,6 +187,21 @@ class Config:
         return config
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice is an error instead of the last one winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | Path) -> Config:
     """Read and validate a YAML config file."""
     try:
@@ -158,7 +209,7 @@ def load_config(path: str | Path) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     try:
@@ -186,12 +237,18 @@ def parse_config(data: Any) -> Config:
             sections[name] = cls(**data.get(name, {}))
         except ValueError as exc:
             raise ConfigError(f"{name}.{exc}") from None
+    clients = tuple(Client(**c) for c in data.get("clients", ()))
+    names = [c.name for c in clients]
+    if len(set(names)) != len(names):
+        raise ConfigError("clients: two clients have the same name")
+    if len({c.key_sha256 for c in clients}) != len(clients):
+        raise ConfigError("clients: two clients have the same key")
     try:
         policy = Policy(**data.get("gate", {}), tools=data.get("tools", {}))
     except ValueError as exc:
         key = str(exc)
         raise ConfigError(key if key.startswith("tools.") else f"gate.{key}") from None
-    return Config(gate=policy, **sections)
+    return Config(gate=policy, clients=clients, **sections)
 
 
 def _explain(error: jsonschema.ValidationError) -> str:

@@ -29,7 +29,8 @@ def supervise(worker_args: Sequence[str], workers: int) -> int:
     """Run `workers` copies of `python -m proxy serve <worker_args>` until SIGTERM/SIGINT.
 
     The signal is passed on to every worker, which stops accepting and lets its requests in
-    flight finish; the exit status is the worst of theirs.
+    flight finish; the exit status is the worst of theirs. SIGHUP is passed on too: each
+    worker re-reads the config.
     """
     command = [sys.executable, "-m", "proxy", "serve", *worker_args]
     stopping = False
@@ -42,8 +43,15 @@ def supervise(worker_args: Sequence[str], workers: int) -> int:
                 process.send_signal(signal.SIGTERM)
 
     running: list[tuple[subprocess.Popen[bytes], float]] = []
+
+    def hangup(signum: int, frame: FrameType | None) -> None:
+        for process, _ in running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGHUP)
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, hangup)
     for _ in range(workers):
         running.append((subprocess.Popen(command), time.monotonic()))
     log.info("supervising %d workers: %s", workers, ", ".join(str(p.pid) for p, _ in running))

@@ -17,7 +17,14 @@ from aiohttp import web
 from openai import AsyncOpenAI
 
 from proxy.workers import free_port
-from tests.conftest import SALES_TOOL, Received, RecordingUpstream, RedisServer, sales_output
+from tests.conftest import (
+    SALES_TOOL,
+    Received,
+    RecordingUpstream,
+    RedisServer,
+    sales_call,
+    sales_output,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -232,3 +239,43 @@ async def test_workers_share_one_port(
         assert await two_turns(proxy.url, proxy.url) == "tool said: across processes"
     finally:
         assert await proxy.stop() == 0
+
+
+async def test_sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid(
+    recording_upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(f"audit: {{path: '{tmp_path / 'audit.jsonl'}'}}\ngate: {{action: block}}\n")
+    proxy = await start("--config", str(path), "--upstream", recording_upstream.url)
+    failing = {
+        "model": "m",
+        "tools": [SALES_TOOL],
+        "input": [sales_call("c1", "global"), sales_output("c1")],
+    }
+
+    async def status() -> tuple[int, str | None]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(proxy.url + "/v1/responses", json=failing) as response,
+        ):
+            return response.status, response.headers.get("x-replay-gate")
+
+    async def stderr_until(text: str) -> None:
+        assert proxy.process.stderr is not None
+        while text not in (await proxy.process.stderr.readline()).decode():
+            pass
+
+    try:
+        assert await status() == (400, None)
+        path.write_text(f"audit: {{path: '{tmp_path / 'audit.jsonl'}'}}\ngate: {{action: log}}\n")
+        proxy.process.send_signal(signal.SIGHUP)
+        await asyncio.wait_for(stderr_until("config reloaded"), timeout=30)
+        assert await status() == (200, "logged=1")
+
+        path.write_text("gate: {actons: {}}\n")
+        proxy.process.send_signal(signal.SIGHUP)
+        await asyncio.wait_for(stderr_until("gate.actons: unknown key"), timeout=30)
+        assert await status() == (200, "logged=1")
+    finally:
+        assert await proxy.stop() == 0
+    assert len(recording_upstream.received) == 2

@@ -1,0 +1,183 @@
+"""What every transport shares: the live config, who the client is, and judging a body."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy import audit, body
+from proxy.audit import AuditLog
+from proxy.config import Config, ConfigError
+from proxy.gate import NOTHING_RECORDED, Verdict, inspect
+from proxy.ledger import Ledger
+from proxy.metrics import Metrics
+from proxy.upstream import Upstream, relayed_headers
+
+log = logging.getLogger("replay_proxy")
+
+# Credentials a client presents; when the proxy authenticates clients or holds the upstream
+# key itself, they are the proxy's, and never go upstream.
+_CREDENTIALS = frozenset({"authorization", "api-key"})
+
+
+@dataclass(frozen=True)
+class Current:
+    """The config in force and the upstream it names; replaced whole on reload."""
+
+    config: Config
+    upstream: Upstream
+
+
+class Live:
+    """Holds the `Current` state; a request reads it once, so a reload never splits a request."""
+
+    def __init__(self) -> None:
+        self._current: Current | None = None
+        self._retired: list[Upstream] = []
+
+    @property
+    def current(self) -> Current:
+        assert self._current is not None, "Live.start() was not awaited"
+        return self._current
+
+    async def start(self, config: Config) -> None:
+        upstream = Upstream(config.upstream)
+        await upstream.start()
+        self._current = Current(config, upstream)
+
+    async def swap(self, config: Config) -> None:
+        """Put a new config in force for new requests; requests in flight keep theirs."""
+        old = self.current
+        upstream = old.upstream
+        if config.upstream != old.config.upstream or (
+            config.upstream.api_key != old.config.upstream.api_key
+        ):
+            upstream = Upstream(config.upstream)
+            await upstream.start()
+            # Requests in flight still use the old pool; it is closed at shutdown.
+            self._retired.append(old.upstream)
+        for section in ("listen", "ledger", "audit"):
+            if getattr(config, section) != getattr(old.config, section):
+                log.warning("config reload: %s changed; it takes effect on restart", section)
+        self._current = Current(config, upstream)
+
+    async def reload(self, load: Callable[[], Config]) -> bool:
+        """Re-read the config; an invalid one is logged and the old one stays in force."""
+        try:
+            config = load()
+        except ConfigError as exc:
+            log.error("config reload rejected, the old config stays: %s", exc)
+            return False
+        await self.swap(config)
+        log.info("config reloaded")
+        return True
+
+    async def close(self) -> None:
+        for upstream in (*self._retired, self.current.upstream):
+            await upstream.close()
+
+
+LIVE = web.AppKey("live", Live)
+AUDIT = web.AppKey("audit", AuditLog)
+METRICS = web.AppKey("metrics", Metrics)
+LEDGER = web.AppKey("ledger", Ledger)
+
+
+class Unauthorized(Exception):
+    """The request names no client the config lets through."""
+
+
+def tenant_of(headers: CIMultiDictProxy[str], config: Config) -> str | None:
+    """The tenant a request acts for: the name of its client when the config lists clients
+    (raises Unauthorized without a listed key), else a fingerprint of its credential."""
+    credential = headers.get("Authorization") or headers.get("api-key")
+    if not config.clients:
+        return audit.tenant_of(credential)
+    key = credential or ""
+    if key[:7].lower() == "bearer ":
+        key = key[7:].strip()
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    found = None
+    for client in config.clients:
+        # Every entry is compared, in constant time, whatever matches.
+        if hmac.compare_digest(digest, client.key_sha256) and key:
+            found = client.name
+    if found is None:
+        raise Unauthorized
+    return found
+
+
+def unauthorized() -> web.Response:
+    return error_response(
+        401,
+        "invalid_api_key",
+        "a valid API key for this proxy is required",
+        headers={"WWW-Authenticate": "Bearer"},
+        type_="authentication_error",
+    )
+
+
+def upstream_headers(
+    headers: CIMultiDictProxy[str], config: Config, drop: frozenset[str]
+) -> CIMultiDict[str]:
+    """The client's headers as the upstream sees them, with the proxy's key if it holds one."""
+    own_credentials = config.clients or config.upstream.api_key is not None
+    out = relayed_headers(headers, drop=(drop | _CREDENTIALS) if own_credentials else drop)
+    if config.upstream.api_key is not None:
+        out["Authorization"] = f"Bearer {config.upstream.api_key}"
+    return out
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    type_: str = "invalid_request_error",
+) -> web.Response:
+    """Every answer the proxy makes itself: the API's `{"error": {...}}` shape."""
+    return web.Response(
+        status=status,
+        body=orjson.dumps(body.error_body(code, message, type_=type_)),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+async def judge(
+    app: web.Application,
+    config: Config,
+    parsed: dict[str, Any],
+    raw: bytes,
+    *,
+    path: str,
+    tenant: str | None,
+    transport: str,
+) -> Verdict:
+    """Gate a parsed body against its recorded history; count and audit what it finds."""
+    view = await app[LEDGER].view(tenant or "-", parsed, provenance=config.gate.require_provenance)
+    verdict = inspect(parsed, config.gate, view or NOTHING_RECORDED)
+    if verdict.findings:
+        for finding in verdict.findings:
+            app[METRICS].findings.labels(finding.reason, finding.action).inc()
+        app[AUDIT].write(
+            audit.Request(
+                request_id="req_" + uuid.uuid4().hex,
+                transport=transport,
+                path=path,
+                body=parsed,
+                raw=raw,
+                tenant=tenant,
+            ),
+            verdict,
+        )
+    return verdict

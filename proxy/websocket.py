@@ -1,0 +1,159 @@
+"""The WebSocket relay: every `response.create` frame is gated exactly like a POST body."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from proxy import body
+from proxy.boundary import (
+    LEDGER,
+    LIVE,
+    METRICS,
+    Current,
+    error_response,
+    judge,
+    upstream_headers,
+)
+from proxy.config import Config
+from proxy.gate import rejection
+from proxy.ledger import ResponseTap
+
+log = logging.getLogger("replay_proxy")
+
+# Negotiated per hop by aiohttp on each side; never copied from one hop to the other.
+_WEBSOCKET_OWN = frozenset(
+    {
+        "host",
+        "content-length",
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-protocol",
+        "sec-websocket-accept",
+    }
+)
+
+
+def is_websocket(request: web.Request) -> bool:
+    return request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+async def relay_websocket(
+    request: web.Request, current: Current, tenant: str | None, path: str, query: str
+) -> web.StreamResponse:
+    """Open the same WebSocket upstream, then relay frames both ways until either side ends."""
+    app = request.app
+    limit = current.config.limits.max_body_bytes
+    protocols = [
+        p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
+    ]
+    try:
+        upstream = await current.upstream.session.ws_connect(
+            current.upstream.url(path + query),
+            headers=upstream_headers(request.headers, current.config, _WEBSOCKET_OWN),
+            protocols=protocols,
+            max_msg_size=limit,
+            autoping=True,
+        )
+    except aiohttp.WSServerHandshakeError as exc:
+        return error_response(
+            exc.status, "upstream_refused", f"the upstream refused: {exc.message}"
+        )
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return error_response(502, "upstream_unreachable", f"cannot connect to the upstream: {exc}")
+    client = web.WebSocketResponse(
+        protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
+    )
+    tasks: list[asyncio.Task[None]] = []
+    app[METRICS].open_streams.inc()
+    try:
+        await client.prepare(request)
+        tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit)
+        tasks = [
+            asyncio.create_task(_client_frames(app, client, upstream, path, tenant)),
+            asyncio.create_task(_upstream_frames(upstream, client, tap)),
+        ]
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task.exception() is not None:
+                log.warning("websocket relay ended: %r", task.exception())
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        app[METRICS].open_streams.dec()
+        await upstream.close()
+        await client.close()
+    return client
+
+
+async def _client_frames(
+    app: web.Application,
+    client: web.WebSocketResponse,
+    upstream: aiohttp.ClientWebSocketResponse,
+    path: str,
+    tenant: str | None,
+) -> None:
+    async for message in client:
+        if message.type == aiohttp.WSMsgType.TEXT:
+            # Each frame is gated under the config in force when it arrives (reloads apply).
+            config = app[LIVE].current.config
+            reply, forward = await _gate_frame(app, config, message.data, path, tenant)
+            if reply is not None:
+                await client.send_str(reply)
+            if forward is not None:
+                await upstream.send_str(forward)
+        elif message.type == aiohttp.WSMsgType.BINARY:
+            # A binary frame could carry a request the upstream parses: it is never relayed.
+            error = body.error_body("invalid_frame", "binary frames are not accepted")
+            await client.send_str(_error_event(400, error))
+        else:
+            break
+
+
+async def _upstream_frames(
+    upstream: aiohttp.ClientWebSocketResponse, client: web.WebSocketResponse, tap: ResponseTap
+) -> None:
+    async for message in upstream:
+        if message.type == aiohttp.WSMsgType.TEXT:
+            await tap.event(message.data)
+            await client.send_str(message.data)
+        elif message.type == aiohttp.WSMsgType.BINARY:
+            await client.send_bytes(message.data)
+        else:
+            break
+
+
+def _error_event(status: int, error: Mapping[str, Any]) -> str:
+    """The spec's WebSocket error event around an API error body."""
+    return orjson.dumps({"type": "error", "status": status, **error}).decode()
+
+
+async def _gate_frame(
+    app: web.Application, config: Config, text: str, path: str, tenant: str | None
+) -> tuple[str | None, str | None]:
+    """(an error event to answer with, the frame to forward): one of them is None."""
+    raw = text.encode("utf-8", "surrogatepass")
+    try:
+        frame = body.parse(raw)
+    except body.BodyError as exc:
+        return _error_event(exc.status, body.error_body(exc.code, exc.message)), None
+    if frame.get("type") != "response.create":
+        return None, text
+    started = time.perf_counter()
+    verdict = await judge(app, config, frame, raw, path=path, tenant=tenant, transport="websocket")
+    app[METRICS].gate_seconds.observe(time.perf_counter() - started)
+    app[METRICS].requests.labels("websocket", verdict.outcome).inc()
+    if verdict.outcome == "block":
+        return _error_event(400, rejection(verdict)), None
+    if verdict.outcome == "strip":
+        return None, body.dumps({**frame, "input": verdict.input}).decode()
+    return None, text
