@@ -185,7 +185,8 @@ async def gate(
         tap_for = _tap_for(app[LEDGER], tenant or "-", config.limits.max_body_bytes)
     target = path + query
     if verdict.outcome == "strip":
-        stripped = body.dumps({**parsed, "input": verdict.input})
+        assert verdict.input is not None
+        stripped = body.stripped(decoded, parsed, verdict.input)
         headers = upstream_headers(request.headers, config, _STRIPPED_DROP)
         return await relay(
             request, current, route, target, stripped, headers, extra, "strip", tap_for

@@ -177,7 +177,7 @@ class Policy:
 
 def inspect(body: Any, policy: Policy, recorded: Recorded = NOTHING_RECORDED) -> Verdict:
     """Gate every `function_call_output` in the body's `input`; never raises on any JSON value."""
-    if not isinstance(body, Mapping):
+    if not isinstance(body, dict):
         return Verdict("forward")
     input_items = body.get("input")
     if not isinstance(input_items, list):
@@ -196,6 +196,7 @@ class _Inspection:
         self.policy = policy
         self.recorded = recorded
         self.request_schemas: dict[str, list[Any]] | None = None
+        self.compiled: dict[str, list[Compiled | SchemaError]] = {}
         # Pairing keys -> indexes of inline candidates and of outputs, in input order.
         self.candidates: dict[str, list[int]] = {}
         self.outputs: dict[str, list[int]] = {}
@@ -341,6 +342,12 @@ class _Inspection:
         pinned = self.policy.pinned.get(name)
         if pinned is not None:
             return [pinned]
+        compiled = self.compiled.get(name)
+        if compiled is None:
+            compiled = self.compiled[name] = self.compile_request_schemas(name)
+        return compiled
+
+    def compile_request_schemas(self, name: str) -> list[Compiled | SchemaError]:
         if self.request_schemas is None:
             self.request_schemas = {}
             for tool_name, parameters in items.tool_schemas(self.body.get("tools")):

@@ -21,7 +21,7 @@ def kind(item: Any) -> str | None:
 
     A typeless item with an `id` and no `role` is an `item_reference` (the spec allows `{"id": …}`).
     """
-    if not isinstance(item, Mapping):
+    if not isinstance(item, dict):
         return None
     item_type = item.get("type")
     if item_type is None:
@@ -57,7 +57,7 @@ def pairing_key(item: Any) -> str | None:
     Items with no `call_id` (a vendor's hosted tool call such as `openai:web_search_call`) can
     still be named by an output; pairing by `id` lets the gate see and reject that pair.
     """
-    if not isinstance(item, Mapping) or is_output(item) or is_reference(item):
+    if not isinstance(item, dict) or is_output(item) or is_reference(item):
         return None
     if "call_id" in item or kind(item) == FUNCTION_CALL:
         call_id = item.get("call_id")
@@ -68,7 +68,7 @@ def pairing_key(item: Any) -> str | None:
 
 def is_envelope(item: Any) -> bool:
     """A Chat Completions message inside `input`: `role: tool`, `tool_calls` or `tool_call_id`."""
-    if not isinstance(item, Mapping):
+    if not isinstance(item, dict):
         return False
     return item.get("role") == "tool" or any(key in item for key in _ENVELOPE_KEYS)
 
@@ -88,10 +88,10 @@ def tool_schemas(tools: Any) -> list[tuple[str, Any]]:
     if not isinstance(tools, list):
         return found
     for tool in tools:
-        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function":
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             continue
-        spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
-        assert isinstance(spec, Mapping)
+        spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        assert isinstance(spec, dict)
         name = spec.get("name")
         if isinstance(name, str):
             found.append((name, spec.get("parameters")))

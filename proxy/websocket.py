@@ -155,5 +155,6 @@ async def _gate_frame(
     if verdict.outcome == "block":
         return _error_event(400, rejection(verdict)), None
     if verdict.outcome == "strip":
-        return None, body.dumps({**frame, "input": verdict.input}).decode()
+        assert verdict.input is not None
+        return None, body.stripped(raw, frame, verdict.input).decode()
     return None, text
