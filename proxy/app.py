@@ -72,7 +72,9 @@ def make_app(config: Config) -> web.Application:
 
 async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[LIVE].current.config.audit
-    app[AUDIT] = AuditLog(settings.path, include_arguments=settings.include_arguments)
+    app[AUDIT] = AuditLog(
+        settings.path, include_arguments=settings.include_arguments, max_bytes=settings.max_bytes
+    )
     yield
     app[AUDIT].close()
 

@@ -1,11 +1,14 @@
-"""The audit record of a rejected replay: its one format and its writer (a JSONL file or stdout)."""
+"""The audit log: its one record format, its hash-chained writer (a file or stdout), its check."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,12 +17,23 @@ from proxy.gate import Verdict
 
 _OUTCOME_ACTION = {"block": "block", "strip": "strip", "forward": "log"}
 
+# The `prev` of the first record of a fresh chain.
+GENESIS = "0" * 64
+# Rotated files kept: `<path>.1` (the newest) to `<path>.5`.
+KEEP = 5
+_TAIL_BLOCK = 64 * 1024
+
 
 def tenant_of(credential: str | None) -> str | None:
     """A short, stable fingerprint of a client credential; never the credential itself."""
     if not credential:
         return None
     return "t_" + hashlib.sha256(credential.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def line_hash(line: bytes) -> str:
+    """The link of the chain: the sha256 hex of a record's line, without its newline."""
+    return hashlib.sha256(line).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -35,7 +49,7 @@ class Request:
 
 
 def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> dict[str, Any]:
-    """The audit record of DESIGN.md for a request that had findings."""
+    """The audit record of DESIGN.md for a request that had findings (the writer adds `prev`)."""
     body = request.body if isinstance(request.body, dict) else {}
     model = body.get("model")
     previous = body.get("previous_response_id")
@@ -55,29 +69,259 @@ def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> di
 
 
 class AuditLog:
-    """Appends one JSON line per record and flushes it before the caller answers."""
+    """Appends one hash-chained JSON line per record and flushes it before the caller answers.
 
-    def __init__(self, path: str, *, include_arguments: bool = False) -> None:
+    A record's `prev` is the hash of the line before it, read from the file under an exclusive
+    flock, so that processes sharing the file extend one chain and a restart continues it. With
+    `max_bytes`, a file that the next record would take past it becomes `<path>.1` (older ones
+    shift up to `<path>.<keep>`) and a new file continues the chain. `-` is stdout, with a chain
+    per process.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        include_arguments: bool = False,
+        max_bytes: int | None = None,
+        keep: int = KEEP,
+    ) -> None:
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"max_bytes: {max_bytes} is not positive")
+        if keep < 1:
+            raise ValueError(f"keep: {keep} is less than 1")
         self.path = path
         self.include_arguments = include_arguments
-        # O_APPEND and one write() per record: workers sharing the file never interleave lines.
-        self._fd = (
-            sys.stdout.fileno()
-            if path == "-"
-            else os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-        )
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._last = GENESIS
+        # The file as this process left it (device, inode, size) and whether its last line is
+        # whole: while the file is unchanged, its tail need not be read again.
+        self._known: tuple[int, int, int] | None = None
+        self._whole = True
+        if path == "-":
+            self._fd = sys.stdout.fileno()
+            return
+        self._fd = _open(path)
+        with self._locked() as st:
+            self._read_tail(st)
 
     def write(self, request: Request, verdict: Verdict) -> dict[str, Any]:
         entry = record(request, verdict, include_arguments=self.include_arguments)
-        # stdlib json with ASCII escapes: any value the gate saw can be written, big integers too.
-        line = json.dumps(entry, separators=(",", ":")).encode("ascii") + b"\n"
         if self.path == "-":
+            entry["prev"] = self._last
+            line = _encode(entry)
             sys.stdout.flush()
-        written = os.write(self._fd, line)
-        while written < len(line):
-            written += os.write(self._fd, line[written:])
+            _write_all(self._fd, line + b"\n")
+            self._last = line_hash(line)
+            return entry
+        with self._locked() as st:
+            self._read_tail(st)
+            entry["prev"] = self._last
+            line = _encode(entry)
+            # A line cut short (a crash mid-write) keeps its own line, and the chain goes on
+            # from it: `audit verify` still points at it.
+            data = line + b"\n" if self._whole else b"\n" + line + b"\n"
+            if (
+                self.max_bytes is not None
+                and st.st_size
+                and st.st_size + len(data) > self.max_bytes
+            ):
+                self._rotate(line + b"\n")
+            else:
+                _write_all(self._fd, data)
+                self._known = (st.st_dev, st.st_ino, st.st_size + len(data))
+            self._last, self._whole = line_hash(line), True
         return entry
 
     def close(self) -> None:
         if self.path != "-":
             os.close(self._fd)
+
+    @contextmanager
+    def _locked(self) -> Iterator[os.stat_result]:
+        """Hold an exclusive flock on the file now at `path`, reopening it after a rotation."""
+        while True:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                mine = os.fstat(self._fd)
+                with suppress(FileNotFoundError):
+                    now = os.stat(self.path)
+                    if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                        break
+            except BaseException:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                raise
+            # Another process rotated the file (or it was removed) while this one waited.
+            os.close(self._fd)
+            self._fd = _open(self.path)
+        try:
+            yield mine
+        finally:
+            # After a rotation this is the new file, which was never locked: closing the old
+            # one released its lock.
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _read_tail(self, st: os.stat_result) -> None:
+        if self._known != (st.st_dev, st.st_ino, st.st_size):
+            self._last, self._whole = _last_line(self._fd, st.st_size)
+            self._known = (st.st_dev, st.st_ino, st.st_size)
+
+    def _rotate(self, data: bytes) -> None:
+        """Make `data` the first line of a new file at `path`; the full one becomes `.1`."""
+        first = f"{self.path}.1"
+        staged = f"{self.path}.next"
+        new = _open(staged, truncate=True)
+        try:
+            _write_all(new, data)
+            # A rotation interrupted between link and replace already moved this file to `.1`.
+            if not _same_file(self.path, first):
+                for n in range(self.keep - 1, 0, -1):
+                    with suppress(FileNotFoundError):
+                        os.replace(f"{self.path}.{n}", f"{self.path}.{n + 1}")
+                with suppress(FileNotFoundError):
+                    os.unlink(first)  # with keep=1 it was not shifted away
+                # A link and a replace, not two renames: `path` never goes missing, so no
+                # process can create an empty file there and start a chain of its own.
+                os.link(self.path, first)
+            os.replace(staged, self.path)
+        except BaseException:
+            os.close(new)
+            raise
+        os.close(self._fd)  # releases the lock the other processes wait on; they reopen `path`
+        self._fd = new
+        st = os.fstat(new)
+        self._known = (st.st_dev, st.st_ino, len(data))
+
+
+def _open(path: str, *, truncate: bool = False) -> int:
+    # Read for the tail, O_APPEND so that every write lands at the end.
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+    return os.open(path, flags, 0o640)
+
+
+def _encode(entry: dict[str, Any]) -> bytes:
+    # stdlib json with ASCII escapes: any value the gate saw can be written, big integers too.
+    return json.dumps(entry, separators=(",", ":")).encode("ascii")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # One write() per record: O_APPEND never interleaves it with another process's line.
+    written = os.write(fd, data)
+    while written < len(data):
+        written += os.write(fd, data[written:])
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except FileNotFoundError:
+        return False
+
+
+def _last_line(fd: int, size: int) -> tuple[str, bool]:
+    """The hash of the file's last line and whether a newline ends it, read back from the end."""
+    if size == 0:
+        return GENESIS, True
+    whole = os.pread(fd, 1, size - 1) == b"\n"
+    start = size - 1 if whole else size
+    parts: list[bytes] = []
+    while start > 0:
+        n = min(_TAIL_BLOCK, start)
+        start -= n
+        block = os.pread(fd, n, start)
+        cut = block.rfind(b"\n")
+        if cut >= 0:
+            parts.append(block[cut + 1 :])
+            break
+        parts.append(block)
+    return line_hash(b"".join(reversed(parts))), whole
+
+
+@dataclass(frozen=True)
+class Break:
+    """Where a file leaves the chain: the line number and what is wrong there."""
+
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    """One file's chain: the records that hold, the hash a next record must carry, any break."""
+
+    records: int
+    last: str
+    broken: Break | None = None
+
+
+def verify(
+    lines: Iterable[bytes],
+    start: str = GENESIS,
+    *,
+    start_name: str = "a fresh chain's start (64 zeros)",
+) -> Verification:
+    """Walk the chain over a file's lines (each with its newline; the last may lack one).
+
+    Stops at the first break. `start` is the hash the first record continues from; `start_name`
+    says where it came from. An edit of the last record leaves no trace in the chain: compare the
+    last hash with one kept elsewhere.
+    """
+    remaining = iter(lines)
+    before: str | None = None  # the hash of the line two back, once there is one
+    expected = start
+    records = 0
+    for number, raw in enumerate(remaining, 1):
+        line = raw.removesuffix(b"\n")
+        cut = "" if raw.endswith(b"\n") else " (no newline at the end: the record was cut short)"
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            return Verification(records, expected, Break(number, "not JSON" + cut))
+        if not isinstance(entry, dict):
+            return Verification(records, expected, Break(number, "not a JSON object" + cut))
+        prev = entry.get("prev")
+        if not isinstance(prev, str):
+            return Verification(records, expected, Break(number, "no prev: not a chained record"))
+        if prev != expected:
+            after = next(remaining, None)
+            broken = _diagnose(number, prev, expected, before, after, start_name)
+            return Verification(records, expected, broken)
+        if cut:
+            return Verification(records, expected, Break(number, "truncated" + cut))
+        records += 1
+        before, expected = expected, line_hash(line)
+    return Verification(records, expected)
+
+
+def _diagnose(
+    number: int, prev: str, expected: str, before: str | None, after: bytes | None, start_name: str
+) -> Break:
+    """Line `number`'s prev is not `expected`: which record was inserted, edited or deleted."""
+
+    def name(n: int) -> str:
+        return f"line {n}" if n else start_name
+
+    if before is not None and prev == before:
+        return Break(number - 1, f"inserted: line {number} continues from {name(number - 2)}")
+    if after is not None and _prev_of(after) == expected:
+        return Break(number, f"inserted: line {number + 1} continues from {name(number - 1)}")
+    if number == 1:
+        return Break(
+            1,
+            f"prev is not {start_name}: records before it were deleted or edited, "
+            "or the file continues another one",
+        )
+    return Break(
+        number,
+        f"prev is not the hash of line {number - 1}: line {number - 1} was edited, "
+        "or records after it were deleted",
+    )
+
+
+def _prev_of(raw: bytes) -> object:
+    try:
+        entry = json.loads(raw.removesuffix(b"\n"))
+    except (ValueError, RecursionError):
+        return None
+    return entry.get("prev") if isinstance(entry, dict) else None

@@ -73,6 +73,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
             {
                 "path": {"type": "string", "minLength": 1},
                 "include_arguments": {"type": "boolean"},
+                "max_bytes": {"type": ["integer", "null"], "minimum": 1},
             }
         ),
         "ledger": _object(
@@ -132,6 +133,7 @@ class Client:
 class Audit:
     path: str = "-"
     include_arguments: bool = False
+    max_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ FINDING = {
 }
 AUDIT_FIELDS = {
     "ts",
+    "prev",
     "event",
     "request_id",
     "action",
