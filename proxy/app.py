@@ -58,6 +58,7 @@ def make_app(config: Config) -> web.Application:
 
     async def live_ctx(app: web.Application) -> AsyncIterator[None]:
         await app[LIVE].start(config)
+        app[METRICS].verdict_cache.set_function(lambda: len(app[LIVE].current.config.gate.verdicts))
         yield
         await app[LIVE].close()
 

@@ -63,5 +63,11 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.verdict_cache = Gauge(
+            "replay_proxy_verdict_cache_entries",
+            "Remembered (schema, arguments) verdicts of the gate config in force.",
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
