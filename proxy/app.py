@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import os
 import signal
@@ -51,8 +52,15 @@ _STRIPPED_DROP = frozenset({"host", "content-length", "content-encoding"})
 def make_app(config: Config) -> web.Application:
     # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
     # the original bytes); a client that hangs up cancels its handler, which releases the
-    # upstream connection at once instead of at the upstream's next chunk.
-    app = web.Application(handler_args={"auto_decompress": False, "handler_cancellation": True})
+    # upstream connection at once instead of at the upstream's next chunk. A client too slow
+    # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
+    app = web.Application(
+        handler_args={
+            "auto_decompress": False,
+            "handler_cancellation": True,
+            "keepalive_timeout": config.listen.header_timeout_s,
+        },
+    )
     app[LIVE] = Live()
     app[METRICS] = Metrics()
 
@@ -133,6 +141,9 @@ async def relay(
     tap_for: Callable[[aiohttp.ClientResponse], Tap | None] | None = None,
 ) -> web.StreamResponse:
     app = request.app
+    if isinstance(data, bytes):
+        # A file-like payload: aiohttp streams it (bytes over a MiB draw a ResourceWarning).
+        data = io.BytesIO(data)
     streams = app[METRICS].open_streams
     streams.inc()
     try:
@@ -165,12 +176,21 @@ async def gate(
     try:
         body.check_content_type(", ".join(request.headers.getall("Content-Type", ())))
         applied = body.codings(", ".join(request.headers.getall("Content-Encoding", ())))
-        raw = await read_raw(request, config.limits.max_body_bytes)
+        async with asyncio.timeout(config.limits.body_timeout_s):
+            raw = await read_raw(request, config.limits.max_body_bytes)
         decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
         parsed = body.parse(decoded)
     except body.BodyError as exc:
         app[METRICS].requests.labels(route, "invalid").inc()
         return error_response(exc.status, exc.code, exc.message)
+    except TimeoutError:
+        app[METRICS].requests.labels(route, "invalid").inc()
+        timeout_s = config.limits.body_timeout_s
+        response = error_response(
+            408, "body_timeout", f"the body did not arrive within {timeout_s:g} s"
+        )
+        response.force_close()
+        return response
     verdict = await judge(app, config, parsed, raw, path=path, tenant=tenant, transport="http")
     app[METRICS].gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":

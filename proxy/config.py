@@ -33,6 +33,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "host": {"type": "string", "minLength": 1},
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
                 "shutdown_grace_s": {"type": "number", "minimum": 0},
+                "header_timeout_s": _SECONDS,
             }
         ),
         "upstream": _object(
@@ -54,6 +55,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "allow_missing_status": {"type": "boolean"},
                 "require_provenance": {"type": "boolean"},
                 "max_cached_verdicts": {"type": "integer", "minimum": 1},
+                "validation_timeout_s": _SECONDS,
             }
         ),
         "tools": {"type": "object", "additionalProperties": {"type": ["object", "boolean"]}},
@@ -90,6 +92,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
         "limits": _object(
             {
                 "max_body_bytes": {"type": "integer", "minimum": 1},
+                "body_timeout_s": _SECONDS,
             }
         ),
     }
@@ -102,6 +105,11 @@ class Listen:
     host: str = "127.0.0.1"
     port: int = 8787
     shutdown_grace_s: float = 30.0
+    # A connection must send a whole request head this long after it opened or after its
+    # previous answer, or it is closed (aiohttp's keep-alive timer, which also closes an idle
+    # keep-alive connection). Longer than the 60 s idle timeout of common load balancers in
+    # front, so that they never send a request on a connection the proxy has just closed.
+    header_timeout_s: float = 75.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,10 @@ class Ledger:
 @dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 64 * 1024 * 1024
+    # A gated body must arrive whole this long after its head, or it is answered 408: the
+    # proxy holds the body until it can judge it, so a client sending a byte a second would
+    # hold a connection, a handler and a buffer for as long as it liked.
+    body_timeout_s: float = 60.0
 
 
 @dataclass(frozen=True)

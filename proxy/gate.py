@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from jsonschema.exceptions import SchemaError
 
 from proxy import items, strictjson
+from proxy.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
 from proxy.items import Item
-from proxy.schemas import LRU, Compiled, SchemaCache, Violation, compile_schema
+from proxy.schemas import LRU, Compiled, SchemaCache, Violation, check_terminates, compile_schema
 
 Action = Literal["block", "strip", "log"]
 Outcome = Literal["forward", "strip", "block"]
@@ -148,6 +151,9 @@ class Policy:
     require_provenance: bool = False
     tools: Mapping[str, Any] = field(default_factory=dict)
     max_cached_verdicts: int = 65536
+    # The time validating one request's arguments against their schemas may take, all calls
+    # together; a call still unchecked when it is spent fails (`validation_timeout`).
+    validation_timeout_s: float = 1.0
     schemas: SchemaCache = field(default_factory=SchemaCache, compare=False, repr=False)
     pinned: Mapping[str, Compiled] = field(init=False, compare=False, repr=False)
     verdicts: LRU[tuple[tuple[int, ...], str], tuple[str, tuple[Violation, ...]] | str] = field(
@@ -162,10 +168,13 @@ class Policy:
                 raise ValueError(f"actions.{reason}: unknown reason")
             if action not in ACTIONS:
                 raise ValueError(f"actions.{reason}: {action!r} is not one of {', '.join(ACTIONS)}")
+        if not self.validation_timeout_s > 0:
+            raise ValueError(f"validation_timeout_s: {self.validation_timeout_s!r} is not positive")
         pinned = {}
         for name, schema in self.tools.items():
             try:
                 pinned[name] = compile_schema(schema, self.schemas.next_key())
+                check_terminates(pinned[name])
             except SchemaError as exc:
                 raise ValueError(f"tools.{name}: not a valid JSON Schema: {exc.message}") from None
         object.__setattr__(self, "pinned", pinned)
@@ -197,17 +206,25 @@ class _Inspection:
         self.recorded = recorded
         self.request_schemas: dict[str, list[Any]] | None = None
         self.compiled: dict[str, list[Compiled | SchemaError]] = {}
-        # Pairing keys -> indexes of inline candidates and of outputs, in input order.
+        self.allowance = Allowance(policy.validation_timeout_s)
+        # Pairing keys -> indexes of inline candidates, of item_references resolving to a
+        # candidate, and of outputs, in input order. Each reference is resolved once, here.
         self.candidates: dict[str, list[int]] = {}
+        self.referenced: dict[str, list[int]] = {}
+        self.resolved: dict[int, Item] = {}
         self.outputs: dict[str, list[int]] = {}
-        self.references: list[int] = []
         for index, item in enumerate(input_items):
             if items.is_output(item):
                 call_id = items.output_call_id(item)
                 if call_id is not None:
                     self.outputs.setdefault(call_id, []).append(index)
             elif items.is_reference(item):
-                self.references.append(index)
+                ref = items.reference_id(item)
+                resolved = recorded.item(ref) if ref is not None else None
+                key = items.pairing_key(resolved) if resolved is not None else None
+                if resolved is not None and key is not None:
+                    self.referenced.setdefault(key, []).append(index)
+                    self.resolved[index] = resolved
             else:
                 key = items.pairing_key(item)
                 if key is not None:
@@ -248,30 +265,21 @@ class _Inspection:
             return Verdict("strip", tuple(findings), self.stripped(findings))
         return Verdict("forward", tuple(findings))
 
-    def paired(self, index: int, call_id: str) -> list[tuple[int | None, Item]]:
-        """Every candidate for `call_id` that precedes `index`: inline, by reference, upstream."""
-        found: list[tuple[int | None, Item]] = [
-            (i, self.input[i]) for i in self.candidates.get(call_id, ()) if i < index
-        ]
-        for i in self.references:
-            if i >= index:
-                break
-            ref = items.reference_id(self.input[i])
-            resolved = self.recorded.item(ref) if ref is not None else None
-            if resolved is not None and items.pairing_key(resolved) == call_id:
-                found.append((i, resolved))
-        found.extend((None, item) for item in self.recorded.calls(call_id))
-        return found
+    def paired(self, index: int, call_id: str) -> tuple[int, int, Sequence[Item]]:
+        """The candidates for `call_id` that precede `index`: how many inline, how many by
+        reference (the first of each list in `candidates` and `referenced`), and upstream.
+
+        Counted by bisection, never listed: with thousands of items that share a `call_id`,
+        listing them for every output would be quadratic.
+        """
+        inline = bisect_left(self.candidates.get(call_id, []), index)
+        by_reference = bisect_left(self.referenced.get(call_id, []), index)
+        return inline, by_reference, self.recorded.calls(call_id)
 
     def pairs_upstream(self, finding: Finding) -> bool:
         if finding.call_id is None:
             return False
-        return any(i is None for i, _ in self.paired(finding.index, finding.call_id))
-
-    def inline_pair(self, finding: Finding) -> list[int]:
-        if finding.reason == ENVELOPE or finding.call_id is None:
-            return []
-        return [i for i, _ in self.paired(finding.index, finding.call_id) if i is not None]
+        return bool(self.recorded.calls(finding.call_id))
 
     def check_output(self, index: int, output: Item) -> Finding | None:
         call_id = items.output_call_id(output)
@@ -296,13 +304,21 @@ class _Inspection:
 
         if call_id is None:
             return finding("orphan")
-        pairs = self.paired(index, call_id)
-        if not pairs:
+        inline, by_reference, upstream = self.paired(index, call_id)
+        if not inline + by_reference + len(upstream):
             return None if self.recorded.trust_unpaired else finding("orphan")
-        paired_index, call = pairs[0]
+        paired_index: int | None
+        if inline:
+            paired_index = self.candidates[call_id][0]
+            call = self.input[paired_index]
+        elif by_reference:
+            paired_index = self.referenced[call_id][0]
+            call = self.resolved[paired_index]
+        else:
+            paired_index, call = None, upstream[0]
         name = call.get("name")
         arguments = call.get("arguments")
-        if len(pairs) > 1 or len(self.outputs.get(call_id, ())) > 1:
+        if inline + by_reference + len(upstream) > 1 or len(self.outputs.get(call_id, ())) > 1:
             return finding("duplicate_call_id", paired_index, name, arguments=arguments)
         reason = self.check_call(call)
         if reason is None:
@@ -331,8 +347,10 @@ class _Inspection:
         key = tuple(s.key if isinstance(s, Compiled) else 0 for s in schemas)
         cached = self.policy.verdicts.get((key, arguments))
         if cached is None:
-            cached = _check_arguments(arguments, schemas)
-            self.policy.verdicts.put((key, arguments), cached)
+            cached = _check_arguments(arguments, schemas, self.allowance)
+            # A timeout says how busy this request was, not what the arguments are worth.
+            if not (isinstance(cached, tuple) and any(v.reason in _TIMEOUTS for v in cached[1])):
+                self.policy.verdicts.put((key, arguments), cached)
         if cached == "ok":
             return None
         return cached[1] if isinstance(cached, tuple) else cached
@@ -365,10 +383,17 @@ class _Inspection:
     def stripped(self, findings: list[Finding]) -> list[Any]:
         """The input without stripped outputs and their inline pairs, closed so nothing dangles."""
         removed: set[int] = set()
+        # The inline pairs of the outputs of a call_id are prefixes of one list: the latest
+        # stripped output's prefix holds all the others.
+        latest: dict[str, int] = {}
         for f in findings:
             if f.action == "strip":
                 removed.add(f.index)
-                removed.update(self.inline_pair(f))
+                if f.reason != ENVELOPE and f.call_id is not None:
+                    latest[f.call_id] = max(latest.get(f.call_id, f.index), f.index)
+        for call_id, index in latest.items():
+            for pool in (self.candidates.get(call_id, []), self.referenced.get(call_id, [])):
+                removed.update(pool[: bisect_left(pool, index)])
         changed = True
         while changed:
             changed = False
@@ -385,8 +410,11 @@ class _Inspection:
         return [item for i, item in enumerate(self.input) if i not in removed]
 
 
+_TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
+
+
 def _check_arguments(
-    arguments: str, schemas: list[Compiled | SchemaError]
+    arguments: str, schemas: list[Compiled | SchemaError], allowance: Allowance | None = None
 ) -> str | tuple[str, tuple[Violation, ...]]:
     """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations)."""
     try:
@@ -396,11 +424,12 @@ def _check_arguments(
     if not schemas:
         return "unknown_tool"
     violations: dict[Violation, None] = {}
-    for schema in schemas:
-        if isinstance(schema, SchemaError):
-            violations[Violation("", "invalid_schema")] = None
-        else:
-            violations.update(dict.fromkeys(schema.violations(instance)))
+    with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
+        for schema in schemas:
+            if isinstance(schema, SchemaError):
+                violations[Violation("", "invalid_schema")] = None
+            else:
+                violations.update(dict.fromkeys(schema.violations(instance, deadline)))
     if violations:
         return ("arguments_schema", tuple(violations))
     return "ok"

@@ -1,12 +1,12 @@
-"""Tool schemas: compiled once each, violations as JSON Pointers, bounded caches."""
+"""Tool schemas: compiled once each, violations as JSON Pointers, validation bounded in time."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import re
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -14,6 +14,13 @@ import jsonschema
 import referencing
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
+
+from proxy import budget
+from proxy.budget import Budget, OutOfTime
+
+# Values so trivial that every usable schema validates them at once (see `check_terminates`).
+_PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})
+_PROBE_S = 1.0
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -37,23 +44,34 @@ class Compiled:
     key: int
     validator: Validator
 
-    def violations(self, instance: Any) -> tuple[Violation, ...]:
+    def violations(self, instance: Any, deadline: float | None = None) -> tuple[Violation, ...]:
+        """Every way `instance` fails the schema.
+
+        A validation still running at `deadline` (`time.monotonic()`) stops, and fails with
+        `pattern_timeout` (a regex match ran out of time) or `validation_timeout`.
+        """
         found: dict[Violation, None] = {}
-        try:
-            for error in self.validator.iter_errors(instance):
-                for violation in _explain(error):
-                    found[violation] = None
-        except Exception:
-            # A validation that cannot finish (a `$ref` that cannot be resolved, a recursion
-            # without end) is a failure of the arguments, never an exception out of the gate.
-            found[Violation("", "schema_unusable")] = None
+        with budget.spending(Budget(deadline)) as spent:
+            try:
+                for error in self.validator.iter_errors(instance):
+                    found.update(dict.fromkeys(_explain(error)))
+            except OutOfTime:
+                pass
+            except Exception:
+                # A validation that cannot finish (a `$ref` that cannot be resolved, a recursion
+                # without end) is a failure of the arguments, never an exception out of the gate.
+                found[Violation("", "schema_unusable")] = None
+        # A timeout inside `anyOf` or `not` may leave no error of its own: it still fails.
+        if spent.spent is not None and not any(v.reason == spent.spent for v in found):
+            found[Violation("", spent.spent)] = None
         return tuple(found)
 
 
 def compile_schema(schema: Any, key: int) -> Compiled:
     """Check and compile a schema in the dialect of its `$schema` (default Draft 2020-12).
 
-    Raises SchemaError for a schema that is not a valid JSON Schema.
+    Raises SchemaError for a schema that is not a valid JSON Schema, or whose validation
+    could not be bounded in time.
     """
     if not isinstance(schema, dict | bool):
         raise SchemaError(f"a schema is an object or a boolean, not {type(schema).__name__}")
@@ -64,9 +82,31 @@ def compile_schema(schema: Any, key: int) -> Compiled:
         cls.check_schema(schema)  # type: ignore[arg-type]  # a boolean is a schema too
     except RecursionError:
         raise SchemaError("schema nested too deep") from None
+    why = budget.unbounded(schema, cls)
+    if why is not None:
+        raise SchemaError(why)
     # An empty registry: a `$ref` to a URL is never fetched (the default would fetch it, and a
     # request's `tools` would make the proxy open any URL a client names).
-    return Compiled(key, cls(schema, registry=referencing.Registry()))
+    return Compiled(key, budget.bounded(cls)(schema, registry=referencing.Registry()))
+
+
+def check_terminates(compiled: Compiled) -> None:
+    """Raise SchemaError when validating a trivial value recurses without end.
+
+    Such a schema has a `$ref` cycle that never reaches a value (`{"$ref": "#"}`): no call can
+    ever pass it. A request's schema like that fails its calls (`schema_unusable`); a pinned
+    one is refused when the config is loaded.
+    """
+    with budget.spending(Budget(time.monotonic() + _PROBE_S)):
+        for value in _PROBES:
+            try:
+                for _ in compiled.validator.iter_errors(value):
+                    pass
+            except RecursionError:
+                raise SchemaError("a $ref cycle: the schema refers to itself without end") from None
+            except Exception:
+                # Out of time, or a `$ref` that cannot be resolved: found out at validation.
+                continue
 
 
 class LRU(Generic[K, V]):
@@ -140,25 +180,7 @@ def _explain(error: ValidationError) -> list[Violation]:
         missing = [p for p in error.validator_value if isinstance(p, str) and p not in instance]
         return [Violation(pointer([*path, p]), keyword) for p in missing]
     if keyword == "additionalProperties" and isinstance(instance, dict):
-        extras = _additional(instance, error.schema)
+        extras = budget.additional_names(instance, error.schema)
         if extras:
             return [Violation(pointer([*path, p]), keyword) for p in extras]
     return [Violation(pointer(path), keyword)]
-
-
-def _additional(instance: dict[str, Any], schema: Any) -> list[str]:
-    if not isinstance(schema, Mapping):
-        return []
-    properties = schema.get("properties", {})
-    patterns = list(schema.get("patternProperties", {}) or {})
-    extras = []
-    for name in instance:
-        if name in properties:
-            continue
-        try:
-            if any(re.search(p, name) for p in patterns):
-                continue
-        except re.error:
-            pass
-        extras.append(name)
-    return extras

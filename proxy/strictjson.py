@@ -51,8 +51,20 @@ def _finite(text: str) -> float:
     return value
 
 
+# CPython's default bound on int(str) (sys.int_info.default_max_str_digits), held here so that a
+# process run with PYTHONINTMAXSTRDIGITS=0 does not spend quadratic time converting a huge number.
+MAX_DIGITS = 4300
+
+
+def _integer(text: str) -> int:
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_DIGITS:
+        raise ValueError(f"Exceeds the limit ({MAX_DIGITS} digits) for an integer: it has {digits}")
+    return int(text)
+
+
 _decoder = json.JSONDecoder(
-    object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_finite
+    object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_finite, parse_int=_integer
 )
 
 

@@ -104,7 +104,7 @@ class RecordingUpstream:
 @pytest.fixture
 async def recording_upstream() -> AsyncIterator[RecordingUpstream]:
     upstream = RecordingUpstream()
-    app = web.Application(handler_args={"auto_decompress": False})
+    app = web.Application(handler_args={"auto_decompress": False}, client_max_size=1 << 28)
     app.router.add_route("*", "/{tail:.*}", upstream.handle)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()

@@ -1,0 +1,240 @@
+"""JSON Schema validation under a time budget: regexes with a timeout, keywords that stop."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import jsonschema
+import regex
+from jsonschema.exceptions import ValidationError
+from jsonschema.protocols import Validator
+
+PATTERN_TIMEOUT = "pattern_timeout"
+VALIDATION_TIMEOUT = "validation_timeout"
+
+Keyword = Callable[[Any, Any, Any, Any], Any]
+
+
+class OutOfTime(Exception):
+    """Raised through jsonschema to stop a validation whose budget is spent."""
+
+
+class Budget:
+    """The time one validation may take: until `deadline` (`time.monotonic()`, None = no bound).
+
+    `spent` says how it ran out: `pattern_timeout` (a regex match) or `validation_timeout`.
+    """
+
+    __slots__ = ("deadline", "spent")
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.spent: str | None = None
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def expire(self, reason: str) -> None:
+        if self.spent is None:
+            self.spent = reason
+
+    def check(self) -> None:
+        """Raise OutOfTime once the budget is spent."""
+        remaining = self.remaining()
+        if self.spent is not None or (remaining is not None and remaining <= 0):
+            self.expire(VALIDATION_TIMEOUT)
+            raise OutOfTime
+
+
+class Allowance:
+    """What is left of one request's validation time; each validation spends from it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
+
+    @contextmanager
+    def spend(self) -> Iterator[float]:
+        """The deadline (`time.monotonic()`) of one validation; its time comes off what is left."""
+        started = time.monotonic()
+        try:
+            yield started + self.left
+        finally:
+            self.left -= time.monotonic() - started
+
+
+# The budget of the validation running in this context. Validation is synchronous, so a
+# context holds at most one; the keywords below find it here because jsonschema passes them
+# nothing of their own.
+_current: ContextVar[Budget | None] = ContextVar("validation_budget", default=None)
+
+
+@contextmanager
+def spending(budget: Budget) -> Iterator[Budget]:
+    """Run the validations inside the block under `budget`."""
+    token = _current.set(budget)
+    try:
+        yield budget
+    finally:
+        _current.reset(token)
+
+
+def search(pattern: str, string: str) -> bool | None:
+    """Whether `pattern` matches anywhere in `string`; None when the budget ran out first.
+
+    The `regex` module's matcher takes a timeout (it overshoots by up to about twice the time
+    left); the standard library's cannot be stopped once a pattern starts to backtrack.
+    """
+    budget = _current.get()
+    timeout = None if budget is None else budget.remaining()
+    if budget is not None and (budget.spent is not None or (timeout is not None and timeout <= 0)):
+        budget.expire(PATTERN_TIMEOUT)
+        return None
+    try:
+        return regex.search(pattern, string, timeout=timeout) is not None
+    except TimeoutError:
+        if budget is not None:
+            budget.expire(PATTERN_TIMEOUT)
+        return None
+
+
+def additional_names(instance: Mapping[str, Any], schema: Any) -> list[str]:
+    """The property names of `instance` that neither `properties` nor `patternProperties` cover.
+
+    A name whose match ran out of time counts as covered: the validation fails regardless.
+    """
+    if not isinstance(schema, Mapping):
+        return []
+    properties = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    return [
+        name
+        for name in instance
+        if name not in properties and not any(search(p, name) is not False for p in patterns)
+    ]
+
+
+def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string"):
+        found = search(pattern, instance)
+        if found is None:
+            yield ValidationError(
+                f"matching {pattern!r} ran out of time", validator=PATTERN_TIMEOUT
+            )
+        elif not found:
+            # Not the instance in the message: it may be megabytes.
+            yield ValidationError(f"the string does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for name, value in instance.items():
+            found = search(pattern, name)
+            if found is None:
+                yield ValidationError(
+                    f"matching {pattern!r} ran out of time", validator=PATTERN_TIMEOUT, path=[name]
+                )
+                return
+            if found:
+                yield from validator.descend(value, subschema, path=name, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    extras = additional_names(instance, schema)
+    if validator.is_type(additional, "object"):
+        for name in extras:
+            yield from validator.descend(instance[name], additional, path=name)
+    elif not additional and extras:
+        yield ValidationError(f"additional properties are not allowed: {extras[:10]!r}")
+
+
+def _unique_items(
+    validator: Any, unique: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    # jsonschema compares unsortable items (objects) pairwise: quadratic in the array's length.
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _canonical(item)
+        if key in seen:
+            yield ValidationError("the array has non-unique items")
+            return
+        seen.add(key)
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable value equal for JSON values jsonschema deems equal (1 == 1.0, True != 1)."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(v) for v in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((k, _canonical(v)) for k, v in value.items()))
+    return ("other", id(value))
+
+
+_OWN: dict[str, Keyword] = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+    "uniqueItems": _unique_items,
+}
+
+
+def _checked(keyword: Keyword) -> Keyword:
+    def checked(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        budget = _current.get()
+        if budget is not None:
+            budget.check()
+        return keyword(validator, value, instance, schema)
+
+    return checked
+
+
+@functools.cache
+def bounded(cls: type[Validator]) -> type[Validator]:
+    """`cls` with every keyword checking the budget first, and regexes matched under it."""
+    keywords: dict[str, Keyword] = {
+        name: _checked(_OWN.get(name) or keyword) for name, keyword in cls.VALIDATORS.items()
+    }
+    extend: Callable[..., type[Validator]] = jsonschema.validators.extend
+    return extend(cls, keywords)
+
+
+def unbounded(schema: Any, cls: type[Validator]) -> str | None:
+    """Why validating against `schema` could not be bounded in time, or None.
+
+    jsonschema's `unevaluatedProperties` matches `patternProperties` with the standard
+    library's regexes, which no timeout stops.
+    """
+    if "unevaluatedProperties" not in cls.VALIDATORS:
+        return None
+    found: set[str] = set()
+    stack = [schema]
+    while stack and len(found) < 2:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found.update(k for k in ("unevaluatedProperties", "patternProperties") if k in node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    if len(found) == 2:
+        return "unevaluatedProperties beside patternProperties cannot be validated in bounded time"
+    return None
