@@ -1,0 +1,101 @@
+"""The machine a benchmark runs on: what it is, and how much CPU others took meanwhile."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import resource
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def describe() -> str:
+    """Cores, CPU model, kernel, Python, and the commit of the proxy that was measured."""
+    return (
+        f"{os.cpu_count()} cores ({_cpu_model() or platform.machine()}), "
+        f"Linux {platform.release()}, Python {platform.python_version()}, {_revision()}"
+    )
+
+
+def _cpu_model() -> str | None:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    found = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return found.group(1).strip() if found else None
+
+
+def _revision() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "proxy")
+    except (OSError, subprocess.SubprocessError):
+        return "proxy at an unknown revision"
+    return f"proxy at {commit}" + (" with uncommitted changes" if dirty else "")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a whole process (every thread), from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    fields = stat.rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _busy_seconds() -> float:
+    """CPU time of every process on the machine (user, nice, system; not idle, irq, steal)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        user, nice, system = (int(v) for v in f.readline().split()[1:4])
+    return (user + nice + system) / CLK_TCK
+
+
+def _own_seconds() -> float:
+    """This process and its children that have been waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class Others:
+    """The CPU other processes took while a measurement ran, in cores on average.
+
+    Ours are this process, its waited-for children (wrk), and `pids` (the servers, still
+    running). A busy neighbour on a 2-core machine skews every figure; this says how much.
+    """
+
+    def __init__(self, pids: Sequence[int] = ()) -> None:
+        self.pids = list(pids)
+        self._start = self._sample()
+
+    def _sample(self) -> tuple[float, float, float]:
+        ours = _own_seconds() + sum(process_cpu_seconds(pid) for pid in self.pids)
+        return time.monotonic(), _busy_seconds(), ours
+
+    def cores(self) -> float:
+        """Cores used by others since this object was made."""
+        t0, busy0, ours0 = self._start
+        t1, busy1, ours1 = self._sample()
+        return max(0.0, (busy1 - busy0) - (ours1 - ours0)) / max(t1 - t0, 1e-9)
+
+
+def wait_for_quiet(limit_s: float, below_cores: float = 0.1) -> bool:
+    """Wait (at most `limit_s`) for a second in which other processes take under `below_cores`."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        others = Others()
+        time.sleep(1.0)
+        if others.cores() < below_cores:
+            return True
+    return False

@@ -1,0 +1,129 @@
+"""The serving processes of the load benchmark: started, watched (CPU, memory), stopped by PID."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from host import ROOT, process_cpu_seconds
+
+
+@dataclass
+class Server:
+    """One serving process started by this script."""
+
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def started(name: str, argv: list[str], port: int, log: IO[bytes]) -> Iterator[Server]:
+    """Start a server, wait until it accepts connections, and stop it (by its PID) at the end."""
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=log)
+    server = Server(name, port, process)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"{name} exited with {process.returncode}:\n{_tail(log)}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"{name} did not listen on {port} within 20 s:\n{_tail(log)}"
+                    ) from None
+                time.sleep(0.05)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+
+def _tail(log: IO[bytes], lines: int = 20) -> str:
+    """The end of the servers' log (it lives in a temporary directory that goes at exit)."""
+    log.flush()
+    text = Path(log.name).read_text(encoding="utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def memory_mb(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0), so each run reports its own peak."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5", encoding="ascii")
+    except OSError:
+        return False
+    return True
+
+
+def settle(pids: list[int], limit_s: float = 10.0) -> None:
+    """Wait until none of the processes uses CPU (requests left over from a run are finished)."""
+    deadline = time.monotonic() + limit_s
+    before = [process_cpu_seconds(pid) for pid in pids]
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = [process_cpu_seconds(pid) for pid in pids]
+        if now == before:
+            return
+        before = now
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        text: str = answer.read().decode()
+        return text
+
+
+def served_by_stub(stub_url: str) -> Callable[[], int]:
+    """Requests the stub upstream has answered (those of `direct` or of the pass-through)."""
+    return lambda: int(http_get(stub_url + "/-/served"))
+
+
+def served_by_proxy(proxy_url: str) -> Callable[[], int]:
+    """Requests replay-proxy has finished, every route and outcome (its own /-/metrics)."""
+
+    def count() -> int:
+        total = 0.0
+        for line in http_get(proxy_url + "/-/metrics").splitlines():
+            if line.startswith("replay_proxy_requests_total{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+
+    return count
