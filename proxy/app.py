@@ -47,6 +47,7 @@ _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
 _PASSTHROUGH_DROP = frozenset({"host"})
 _FORWARD_DROP = frozenset({"host", "content-length"})
 _STRIPPED_DROP = frozenset({"host", "content-length", "content-encoding"})
+_LARGE_BODY = 1 << 20
 
 
 def make_app(config: Config) -> web.Application:
@@ -141,7 +142,7 @@ async def relay(
     tap_for: Callable[[aiohttp.ClientResponse], Tap | None] | None = None,
 ) -> web.StreamResponse:
     app = request.app
-    if isinstance(data, bytes):
+    if isinstance(data, bytes) and len(data) > _LARGE_BODY:
         # A file-like payload: aiohttp streams it (bytes over a MiB draw a ResourceWarning).
         data = io.BytesIO(data)
     streams = app[METRICS].open_streams
