@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
+from openai import AsyncOpenAI
 
 from proxy.app import make_app
 from proxy.config import Config, parse_config
@@ -118,20 +119,23 @@ ProxyFactory = Callable[..., Awaitable[str]]
 
 @pytest.fixture
 async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
-    """Start a proxy in front of `upstream` with config sections given as keyword arguments.
+    """Start a proxy in front of `upstream` with config sections given as keyword arguments
+    (and `environ` standing in for the environment `upstream.api_key_env` is read from).
 
     Returns the proxy's base URL; its audit log goes to `tmp_path / "audit.jsonl"`.
     """
     servers: list[TestServer] = []
 
-    async def start(upstream: str, /, **sections: Any) -> str:
+    async def start(
+        upstream: str, /, environ: dict[str, str] | None = None, **sections: Any
+    ) -> str:
         data: dict[str, Any] = {
             "upstream": {"url": upstream},
             "audit": {"path": str(tmp_path / "audit.jsonl")},
         }
         for name, value in sections.items():
             data[name] = (data.get(name, {}) | value) if isinstance(value, dict) else value
-        config: Config = parse_config(data)
+        config: Config = parse_config(data).with_secrets(environ or {})
         server = TestServer(make_app(config), host="127.0.0.1")
         await server.start_server()
         servers.append(server)
@@ -140,6 +144,24 @@ async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
     yield start
     for server in servers:
         await server.close()
+
+
+Clients = Callable[[str], AsyncOpenAI]
+
+
+@pytest.fixture
+async def client_for() -> AsyncIterator[Clients]:
+    """The official openai SDK pointed at a base URL, only `base_url` changed."""
+    clients: list[AsyncOpenAI] = []
+
+    def make(base: str) -> AsyncOpenAI:
+        client = AsyncOpenAI(base_url=base + "/v1", api_key="sk-test-client", max_retries=0)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
 
 
 def audit_records(tmp_path: Path) -> list[dict[str, Any]]:

@@ -5,19 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
-from proxy.app import make_app
-from proxy.config import parse_config
 from tests.conftest import (
     SALES_TOOL,
+    ProxyFactory,
     Received,
     RecordingUpstream,
     audit_records,
@@ -42,28 +40,18 @@ Start = Callable[..., Any]
 
 
 @pytest.fixture
-async def guarded(
-    recording_upstream: RecordingUpstream, tmp_path: Path
-) -> AsyncIterator[Callable[..., Any]]:
+def guarded(recording_upstream: RecordingUpstream, start_proxy: ProxyFactory) -> Callable[..., Any]:
     """A proxy whose config lists clients and holds the provider key (from a fake environment)."""
-    servers: list[TestServer] = []
 
     async def start(**upstream: Any) -> str:
-        config = parse_config(
-            {
-                "upstream": {"url": recording_upstream.url, **upstream},
-                "clients": CLIENTS,
-                "audit": {"path": str(tmp_path / "audit.jsonl")},
-            }
-        ).with_secrets({"PROVIDER_KEY": PROVIDER_KEY})
-        server = TestServer(make_app(config), host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
+        return await start_proxy(
+            recording_upstream.url,
+            environ={"PROVIDER_KEY": PROVIDER_KEY},
+            upstream=upstream,
+            clients=CLIENTS,
+        )
 
-    yield start
-    for server in servers:
-        await server.close()
+    return start
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from openai.types.responses import ResponseCompletedEvent
 
 from tests.conftest import (
     SALES_TOOL,
+    Clients,
     ProxyFactory,
     RedisServer,
     audit_records,
@@ -23,21 +23,6 @@ from tests.conftest import (
 
 MODEL = "scripted"
 TOOLS: list[Any] = [SALES_TOOL]
-Clients = Callable[[str], AsyncOpenAI]
-
-
-@pytest.fixture
-async def client_for() -> AsyncIterator[Clients]:
-    clients: list[AsyncOpenAI] = []
-
-    def make(base: str) -> AsyncOpenAI:
-        client = AsyncOpenAI(base_url=base + "/v1", api_key="sk-tenant-a", max_retries=0)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.close()
 
 
 async def create(client: AsyncOpenAI, *, stream: bool, **request: Any) -> Any:

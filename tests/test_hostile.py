@@ -22,18 +22,15 @@ import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import jsonschema
 import pytest
-from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from proxy import body, strictjson
-from proxy.app import make_app
 from proxy.config import ConfigError, parse_config
 from proxy.gate import Policy, Verdict, inspect
 from proxy.items import Item
@@ -74,30 +71,20 @@ ProxyStarter = Callable[..., Awaitable[str]]
 
 
 @pytest.fixture
-async def tight_proxy(tmp_path: Path) -> AsyncIterator[ProxyStarter]:
+def tight_proxy(start_proxy: ProxyStarter) -> ProxyStarter:
     """Like `start_proxy`, with read deadlines of DEADLINE_S and a validation budget of BUDGET_S."""
-    servers: list[TestServer] = []
+    tight = {
+        "gate": {"validation_timeout_s": BUDGET_S},
+        "listen": {"header_timeout_s": DEADLINE_S},
+        "limits": {"body_timeout_s": DEADLINE_S},
+    }
 
     async def start(upstream: str, /, **sections: Any) -> str:
-        config = parse_config(
-            {"upstream": {"url": upstream}, "audit": {"path": str(tmp_path / "audit.jsonl")}}
-            | sections
-        )
-        config = replace(
-            config,
-            gate=replace(config.gate, validation_timeout_s=BUDGET_S),
-            listen=replace(config.listen, header_timeout_s=DEADLINE_S),
-            limits=replace(config.limits, body_timeout_s=DEADLINE_S),
-        )
-        app = make_app(config)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
+        for name, settings in tight.items():
+            sections[name] = settings | sections.get(name, {})
+        return await start_proxy(upstream, **sections)
 
-    yield start
-    for server in servers:
-        await server.close()
+    return start
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from openai import AsyncOpenAI
 
 from tests.conftest import (
     SALES_TOOL,
+    Clients,
     ProxyFactory,
     RecordingUpstream,
     audit_records,
@@ -21,26 +21,13 @@ from tests.conftest import (
 )
 
 MODEL = "scripted"
-
-
-@pytest.fixture
-async def client_for() -> AsyncIterator[Any]:
-    clients: list[AsyncOpenAI] = []
-
-    def make(base: str) -> AsyncOpenAI:
-        client = AsyncOpenAI(base_url=base + "/v1", api_key="sk-test-client", max_retries=0)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.close()
+TOOLS: list[Any] = [SALES_TOOL]
 
 
 async def first_turn(client: AsyncOpenAI) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The model calls the sales tool; returns the history so far and the call it made."""
     question: dict[str, Any] = {"role": "user", "content": "what are the latest sales?"}
-    response = await client.responses.create(model=MODEL, input=[question], tools=[SALES_TOOL])  # type: ignore[list-item]
+    response = await client.responses.create(model=MODEL, input=[question], tools=TOOLS)  # type: ignore[list-item]
     [call] = [item for item in response.output if item.type == "function_call"]
     made = call.model_dump(exclude_none=True)
     assert made["name"] == "get_latest_sales_report"
@@ -49,28 +36,28 @@ async def first_turn(client: AsyncOpenAI) -> tuple[list[dict[str, Any]], dict[st
 
 
 async def test_clean_replay_passes(
-    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Any, tmp_path: Path
+    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Clients, tmp_path: Path
 ) -> None:
     client = client_for(await start_proxy(scripted_upstream))
     history, call = await first_turn(client)
-    replay = [*history, sales_output(call["call_id"], "apac: 42 units")]
+    replay: list[Any] = [*history, sales_output(call["call_id"], "apac: 42 units")]
 
-    response = await client.responses.create(model=MODEL, input=replay, tools=[SALES_TOOL])
+    response = await client.responses.create(model=MODEL, input=replay, tools=TOOLS)
 
     assert response.output_text == "tool said: apac: 42 units"
     assert audit_records(tmp_path) == []
 
 
 async def test_failing_replay_raises_bad_request(
-    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Any, tmp_path: Path
+    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Clients, tmp_path: Path
 ) -> None:
     client = client_for(await start_proxy(scripted_upstream))
     history, call = await first_turn(client)
     history[1] = call | {"arguments": json.dumps({"region": "global"})}
-    replay = [*history, sales_output(call["call_id"])]
+    replay: list[Any] = [*history, sales_output(call["call_id"])]
 
     with pytest.raises(openai.BadRequestError) as raised:
-        await client.responses.create(model=MODEL, input=replay, tools=[SALES_TOOL])
+        await client.responses.create(model=MODEL, input=replay, tools=TOOLS)
 
     error = raised.value
     assert error.code == "replay_rejected"
@@ -93,7 +80,7 @@ async def test_failing_replay_raises_bad_request(
 
 
 async def test_streaming_arrives_event_by_event(
-    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Any
+    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Clients
 ) -> None:
     client = client_for(await start_proxy(scripted_upstream))
     stream = await client.responses.create(
@@ -112,7 +99,7 @@ async def test_streaming_arrives_event_by_event(
 
 
 async def test_streamed_replay_is_gated_before_it_starts(
-    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Any
+    scripted_upstream: str, start_proxy: ProxyFactory, client_for: Clients
 ) -> None:
     client = client_for(await start_proxy(scripted_upstream))
     history, call = await first_turn(client)
@@ -121,8 +108,8 @@ async def test_streamed_replay_is_gated_before_it_starts(
     with pytest.raises(openai.BadRequestError) as raised:
         await client.responses.create(
             model=MODEL,
-            input=[*history, sales_output(call["call_id"])],
-            tools=[SALES_TOOL],
+            input=[*history, sales_output(call["call_id"])],  # type: ignore[list-item]
+            tools=TOOLS,
             stream=True,
         )
 
@@ -132,17 +119,17 @@ async def test_streamed_replay_is_gated_before_it_starts(
 
 
 async def test_stripped_replay_reaches_upstream_without_the_pair(
-    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client_for: Any
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client_for: Clients
 ) -> None:
     client = client_for(await start_proxy(recording_upstream.url, gate={"action": "strip"}))
     good, bad = sales_call("call_good"), sales_call("call_bad", "global")
     question = {"role": "user", "content": "sales?"}
-    replay = [question, good, sales_output("call_good"), bad, sales_output("call_bad")]
+    replay: list[Any] = [question, good, sales_output("call_good"), bad, sales_output("call_bad")]
 
     raw = await client.responses.with_raw_response.create(
         model=MODEL,
         input=replay,
-        tools=[SALES_TOOL],
+        tools=TOOLS,
     )
 
     assert raw.headers["x-replay-gate"] == "stripped=1"
