@@ -82,7 +82,8 @@ def loads(doc: str | bytes) -> Any:
     try:
         value = _decoder.decode(text)
     except _Duplicate as exc:
-        raise StrictJSONError(f"duplicate key {exc.key!r}") from None
+        where = _object_of_duplicate(text)
+        raise StrictJSONError(f"duplicate key {exc.key!r} in the object", where, text) from None
     except json.JSONDecodeError as exc:
         reason = "trailing data after the JSON value" if exc.msg == "Extra data" else exc.msg
         raise StrictJSONError(reason, exc.pos, text) from None
@@ -96,6 +97,43 @@ def loads(doc: str | bytes) -> Any:
     if ("\\u" in text or raw) and _has_lone_surrogate(value):
         raise StrictJSONError("lone surrogate in a string")
     return value
+
+
+def _object_of_duplicate(text: str) -> int | None:
+    """Where the object with a duplicate key starts (its `{`), read again on the slow path.
+
+    The C scanner gives the hook no position; Python's scanner hands `parse_object` the offset,
+    so a document already known to be bad is re-read with it, only to say where.
+    """
+
+    def parse_object(s_and_end: tuple[str, int], *args: Any, **kwargs: Any) -> Any:
+        start = s_and_end[1] - 1
+
+        def pairs(found: list[tuple[str, Any]]) -> dict[str, Any]:
+            try:
+                return _pairs(found)
+            except _Duplicate:
+                raise _Located(start) from None
+
+        args = (*args[:3], pairs, *args[4:])
+        return json.decoder.JSONObject(s_and_end, *args, **kwargs)  # type: ignore[attr-defined]
+
+    locator = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+    locator.parse_object = parse_object  # type: ignore[attr-defined]
+    locator.scan_once = json.scanner.py_make_scanner(locator)  # type: ignore[attr-defined]
+    try:
+        locator.decode(text)
+    except _Located as found:
+        return found.pos
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+class _Located(Exception):
+    def __init__(self, pos: int) -> None:
+        super().__init__(pos)
+        self.pos = pos
 
 
 def _has_lone_surrogate(value: Any) -> bool:
