@@ -34,8 +34,10 @@ from proxy.boundary import (
 )
 from proxy.config import Config
 from proxy.gate import rejection
-from proxy.ledger import Ledger, ResponseTap, open_store
+from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
+from proxy.stores import open_store
+from proxy.tap import ResponseTap
 from proxy.upstream import Tap, UpstreamError
 from proxy.websocket import is_websocket, relay_websocket
 

@@ -24,7 +24,7 @@ from proxy.boundary import (
 )
 from proxy.config import Config
 from proxy.gate import rejection
-from proxy.ledger import ResponseTap
+from proxy.tap import ResponseTap
 
 log = logging.getLogger("replay_proxy")
 

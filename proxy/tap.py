@@ -1,0 +1,104 @@
+"""The tap: watches upstream answers go by and records the responses they complete."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from proxy.ledger import Ledger
+
+_TERMINAL = ("response.completed", "response.incomplete")
+
+
+class ResponseTap:
+    """Watches an upstream answer go by (JSON or SSE) and records the response it completes.
+
+    `feed` sees each chunk before it is forwarded, so a follow-up turn sent the moment the
+    client has the whole answer finds the record, on any proxy process sharing the store.
+    """
+
+    def __init__(
+        self, ledger: Ledger, tenant: str, content_type: str, content_length: int | None, limit: int
+    ) -> None:
+        self.ledger = ledger
+        self.tenant = tenant
+        self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
+        self.expected = content_length
+        self.limit = limit
+        self.pending = bytearray()
+        self.done_items: list[Any] = []
+        self.recorded = False
+
+    async def feed(self, chunk: bytes) -> None:
+        if self.recorded:
+            return
+        self.pending += chunk
+        if self.sse:
+            await self._events()
+        elif len(self.pending) > self.limit:
+            self.recorded = True  # too large to keep a copy of; it goes by unrecorded
+            self.pending.clear()
+        elif self.expected is not None and len(self.pending) >= self.expected:
+            await self.finish()
+
+    async def finish(self) -> None:
+        """The answer has ended: record a JSON response body now."""
+        if self.recorded or self.sse:
+            return
+        self.recorded = True
+        try:
+            response = orjson.loads(self.pending)
+        except orjson.JSONDecodeError:
+            return
+        finally:
+            self.pending.clear()
+        if isinstance(response, dict) and response.get("object") == "response":
+            await self.ledger.record(self.tenant, response)
+
+    async def _events(self) -> None:
+        while True:
+            match = _EVENT_END.search(self.pending)
+            if match is None:
+                if len(self.pending) > self.limit:
+                    self.recorded = True
+                    self.pending.clear()
+                return
+            block = bytes(self.pending[: match.start()])
+            del self.pending[: match.end()]
+            await self.event(_data_of(block))
+
+    async def event(self, data: bytes | str) -> None:
+        """One event's JSON (an SSE `data:` or a WebSocket frame)."""
+        if not any(marker in data for marker in _MARKERS_OF[type(data)]):
+            return
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        if kind == "response.output_item.done" and isinstance(event.get("item"), dict):
+            self.done_items.append(event["item"])
+        elif kind in _TERMINAL and isinstance(event.get("response"), dict):
+            response = event["response"]
+            if not response.get("output") and self.done_items:
+                response = {**response, "output": self.done_items}
+            self.done_items = []
+            await self.ledger.record(self.tenant, response)
+
+
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+_MARKERS_OF: dict[type, tuple[Any, ...]] = {
+    bytes: (b"response.completed", b"response.incomplete", b"response.output_item.done"),
+    str: ("response.completed", "response.incomplete", "response.output_item.done"),
+}
+
+
+def _data_of(block: bytes) -> bytes:
+    lines = [
+        line[5:].removeprefix(b" ") for line in block.splitlines() if line.startswith(b"data:")
+    ]
+    return b"\n".join(lines)
