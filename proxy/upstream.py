@@ -150,9 +150,9 @@ class Upstream:
             response.headers.update(relayed_headers(upstream.headers))
             if extra_headers:
                 response.headers.update(extra_headers)
-            await response.prepare(request)
             tap = tap_for(upstream) if tap_for is not None else None
             try:
+                await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
                     if tap is not None:
                         await tap.feed(chunk)
