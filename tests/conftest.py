@@ -28,6 +28,16 @@ SALES_SCHEMA: dict[str, Any] = {
     "required": ["region"],
     "properties": {"region": {"type": "string", "enum": ["apac", "emea", "amer"]}},
 }
+# The original articles' lookup_order tool.
+LOOKUP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string", "pattern": "^[A-Z]-\\d{4}$"},
+        "include_lines": {"type": "boolean"},
+    },
+    "required": ["order_id", "include_lines"],
+    "additionalProperties": False,
+}
 SALES_TOOL: dict[str, Any] = {
     "type": "function",
     "name": "get_latest_sales_report",
@@ -162,6 +172,23 @@ async def client_for() -> AsyncIterator[Clients]:
     yield make
     for client in clients:
         await client.close()
+
+
+# An audit record: DESIGN.md's fields, and `prev`, which chains it to the record before.
+AUDIT_FIELDS = {
+    "ts",
+    "event",
+    "request_id",
+    "action",
+    "transport",
+    "path",
+    "model",
+    "previous_response_id",
+    "tenant",
+    "body_sha256",
+    "findings",
+    "prev",
+}
 
 
 def audit_records(tmp_path: Path) -> list[dict[str, Any]]:

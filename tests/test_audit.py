@@ -17,26 +17,13 @@ import pytest
 
 from proxy.audit import GENESIS, AuditLog, Request, line_hash
 from proxy.gate import Policy, Verdict, inspect
+from tests.conftest import AUDIT_FIELDS
 
 ORPHAN_BODY: dict[str, Any] = {
     "model": "m",
     "input": [{"type": "function_call_output", "call_id": "call_1", "output": "x"}],
 }
 ORPHAN = inspect(ORPHAN_BODY, Policy())
-
-DESIGN_FIELDS = {
-    "ts",
-    "event",
-    "request_id",
-    "action",
-    "transport",
-    "path",
-    "model",
-    "previous_response_id",
-    "tenant",
-    "body_sha256",
-    "findings",
-}
 
 
 def write_records(
@@ -81,7 +68,7 @@ def test_record_has_the_design_fields_and_a_fresh_chain_starts_at_zeros(tmp_path
 
     [line] = (tmp_path / "audit.jsonl").read_bytes().splitlines()
     assert json.loads(line) == entry
-    assert set(entry) == DESIGN_FIELDS | {"prev"}
+    assert set(entry) == AUDIT_FIELDS
     assert entry["prev"] == GENESIS == "0" * 64
 
 

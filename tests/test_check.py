@@ -12,21 +12,9 @@ from typing import Any
 
 import pytest
 
-SALES = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["region"],
-    "properties": {"region": {"type": "string", "enum": ["apac", "emea", "amer"]}},
-}
-LOOKUP = {
-    "type": "object",
-    "properties": {
-        "order_id": {"type": "string", "pattern": "^[A-Z]-\\d{4}$"},
-        "include_lines": {"type": "boolean"},
-    },
-    "required": ["order_id", "include_lines"],
-    "additionalProperties": False,
-}
+from tests.conftest import LOOKUP_SCHEMA as LOOKUP
+from tests.conftest import SALES_SCHEMA as SALES
+
 TOOLS = [
     {"type": "function", "name": "get_latest_sales_report", "parameters": SALES},
     {"type": "function", "name": "lookup_order", "parameters": LOOKUP},

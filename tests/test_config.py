@@ -20,15 +20,10 @@ from proxy.config import (
     parse_config,
 )
 from proxy.gate import Policy, inspect
+from tests.conftest import SALES_SCHEMA as SALES
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SALES = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["region"],
-    "properties": {"region": {"type": "string", "enum": ["apac", "emea", "amer"]}},
-}
 
 EVERY_KEY = """\
 listen:

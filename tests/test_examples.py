@@ -8,22 +8,9 @@ from typing import Any
 import pytest
 
 from proxy.gate import Policy, inspect
+from tests.conftest import LOOKUP_SCHEMA as LOOKUP
+from tests.conftest import SALES_SCHEMA as SALES
 
-SALES = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["region"],
-    "properties": {"region": {"type": "string", "enum": ["apac", "emea", "amer"]}},
-}
-LOOKUP = {
-    "type": "object",
-    "properties": {
-        "order_id": {"type": "string", "pattern": "^[A-Z]-\\d{4}$"},
-        "include_lines": {"type": "boolean"},
-    },
-    "required": ["order_id", "include_lines"],
-    "additionalProperties": False,
-}
 TOOLS = [
     {"type": "function", "name": "get_latest_sales_report", "parameters": SALES},
     {"type": "function", "name": "lookup_order", "parameters": LOOKUP},

@@ -16,13 +16,8 @@ from proxy import items
 from proxy.gate import Policy, Verdict, inspect, rejection
 from proxy.items import Item
 from proxy.schemas import Compiled, SchemaCache
+from tests.conftest import SALES_SCHEMA as SALES
 
-SALES = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["region"],
-    "properties": {"region": {"type": "string", "enum": ["apac", "emea", "amer"]}},
-}
 SALES_TOOL = {"type": "function", "name": "get_latest_sales_report", "parameters": SALES}
 TOOLS = [SALES_TOOL]
 APAC = '{"region":"apac"}'

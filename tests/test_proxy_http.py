@@ -24,6 +24,7 @@ from yarl import URL
 from proxy.app import make_app
 from proxy.config import parse_config
 from tests.conftest import (
+    AUDIT_FIELDS,
     SALES_TOOL,
     ProxyFactory,
     Received,
@@ -51,20 +52,6 @@ FINDING = {
     "name": "get_latest_sales_report",
     "reason": "arguments_schema",
     "fail": [{"path": "/region", "reason": "enum"}],
-}
-AUDIT_FIELDS = {
-    "ts",
-    "prev",
-    "event",
-    "request_id",
-    "action",
-    "transport",
-    "path",
-    "model",
-    "previous_response_id",
-    "tenant",
-    "body_sha256",
-    "findings",
 }
 UPSTREAM_ANSWER = {"object": "response", "id": "resp_1", "output": []}
 
