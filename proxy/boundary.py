@@ -58,9 +58,7 @@ class Live:
         """Put a new config in force for new requests; requests in flight keep theirs."""
         old = self.current
         upstream = old.upstream
-        if config.upstream != old.config.upstream or (
-            config.upstream.api_key != old.config.upstream.api_key
-        ):
+        if config.upstream != old.config.upstream:
             upstream = Upstream(config.upstream)
             await upstream.start()
             # Requests in flight still use the old pool; it is closed at shutdown.
