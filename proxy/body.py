@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import brotli
+import jiter
 import orjson
 
 from proxy import strictjson
 
 _CHUNK = 64 * 1024
+_INFINITY = float("inf")
 
 
 @dataclass(frozen=True)
@@ -129,21 +131,35 @@ def _unbrotli(data: bytes, limit: int) -> bytes:
 
 
 def loads(decoded: bytes) -> Any:
-    """Strict JSON (see `strictjson`), at orjson's speed when the body allows it.
+    """Strict JSON (see `strictjson`), at native speed when the body allows it.
 
-    orjson rejects everything strict JSON rejects except duplicate keys, which it resolves by
-    keeping the last. A dropped duplicate takes at least its own `:` with it, and orjson writes
-    every `:` of keys and strings literally, so a body whose colon count survives a round trip
-    has none; a `\\u003a` escape (a colon orjson would write literally) takes the exact path.
-    Integers past 64 bits come back as floats: `exact` re-reads such a body where it matters.
+    jiter, told to refuse duplicate keys and NaN/Infinity, refuses everything strict JSON
+    refuses (and deep nesting, past 200 levels) except a number that overflows a double, which
+    it reads as infinity: a walk over the value looks for one. Whatever it refuses is read
+    again exactly, for the precise reason or for a value only jiter refuses.
     """
     try:
-        value = orjson.loads(decoded)
-    except orjson.JSONDecodeError:
-        return exact(decoded)  # for the precise reason, or a value only orjson refuses
-    if b"\\u003" not in decoded and orjson.dumps(value).count(b":") == decoded.count(b":"):
-        return value
-    return exact(decoded)
+        value = jiter.from_json(
+            decoded, allow_inf_nan=False, catch_duplicate_keys=True, cache_mode="keys"
+        )
+    except ValueError:
+        return exact(decoded)
+    if _has_infinity(value):
+        return exact(decoded)
+    return value
+
+
+def _has_infinity(value: Any) -> bool:
+    stack: list[Any] = [[value]]
+    while stack:
+        item = stack.pop()
+        for child in item.values() if type(item) is dict else item:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append(child)
+            elif kind is float and (child == _INFINITY or child == -_INFINITY):
+                return True
+    return False
 
 
 def exact(decoded: bytes) -> Any:

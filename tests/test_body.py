@@ -158,11 +158,11 @@ def test_parse(raw: bytes, expected: dict[str, Any]) -> None:
 
 
 def test_a_big_integer_is_read_exactly_where_it_is_forwarded() -> None:
-    """Gating reads at orjson's speed (an integer past 64 bits as a float: numbers outside
-    `arguments` never decide a verdict); a stripped body is re-read exactly before it goes on."""
+    """An integer past 64 bits is read exactly, and goes on exactly when the body is stripped."""
     raw = b'{"n": 100000000000000000000000, "input": [{"role": "user", "content": "hi"}]}'
     parsed = parse(raw)
-    assert parsed["n"] == float(10**23)
+    assert parsed["n"] == 10**23
+    assert isinstance(parsed["n"], int)
     assert exact(raw)["n"] == 10**23
     forwarded = stripped(raw, parsed, parsed["input"])
     assert forwarded == b'{"n":100000000000000000000000,"input":[{"role":"user","content":"hi"}]}'
@@ -185,6 +185,12 @@ def test_a_big_integer_is_read_exactly_where_it_is_forwarded() -> None:
         pytest.param(b'{"a": NaN}', "invalid_json", id="nan"),
         pytest.param(b'{"a": Infinity}', "invalid_json", id="infinity"),
         pytest.param(b'{"a": -Infinity}', "invalid_json", id="minus-infinity"),
+        pytest.param(b'{"a": 1e400}', "invalid_json", id="overflowing-number"),
+        pytest.param(
+            b'{"input": [{"x": [[{"y": -1e400}]]}]}', "invalid_json", id="overflow-at-depth"
+        ),
+        pytest.param(b'{"a": 1' + b"0" * 400 + b".5}", "invalid_json", id="overflow-by-digits"),
+        pytest.param(b'{"a": 1' + b"0" * 5000 + b"}", "invalid_json", id="too-many-digits"),
         pytest.param(b'{"a": "\xff"}', "invalid_json", id="invalid-utf-8"),
         pytest.param(b'{"a": "\xed\xa0\x80"}', "invalid_json", id="utf-8-encoded-surrogate"),
         pytest.param(b'{"a": "\\ud800"}', "invalid_json", id="lone-high-surrogate"),
@@ -202,6 +208,13 @@ def test_parse_refused(raw: bytes, code: str) -> None:
     with pytest.raises(BodyError) as caught:
         parse(raw)
     assert (caught.value.status, caught.value.code) == (400, code)
+
+
+@pytest.mark.parametrize("depth", [199, 200, 201, 500])
+def test_nesting_the_fast_reader_refuses_is_read_exactly(depth: int) -> None:
+    """The native reader stops at 200 levels; deeper bodies are still read, the slow way."""
+    raw = b'{"a": ' + b"[" * depth + b"1" + b"]" * depth + b"}"
+    assert parse(raw) == exact(raw)
 
 
 @pytest.mark.parametrize(
