@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 
-import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
@@ -34,6 +31,7 @@ from proxy.boundary import (
 )
 from proxy.config import Config
 from proxy.gate import rejection
+from proxy.http1 import Answer
 from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.stores import open_store
@@ -49,7 +47,6 @@ _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
 _PASSTHROUGH_DROP = frozenset({"host"})
 _FORWARD_DROP = frozenset({"host", "content-length"})
 _STRIPPED_DROP = frozenset({"host", "content-length", "content-encoding"})
-_LARGE_BODY = 1 << 20
 
 
 def make_app(config: Config) -> web.Application:
@@ -127,7 +124,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         return await relay_websocket(request, current, tenant, gated, query)
     if gated is not None and (request.method not in _BODYLESS or request.body_exists):
         return await gate(request, current, tenant, gated, query)
-    data = request.content if request.body_exists else None
+    data = request.content.iter_any() if request.body_exists else None
     headers = upstream_headers(request.headers, current.config, _PASSTHROUGH_DROP)
     return await relay(request, current, "passthrough", raw_path + query, data, headers)
 
@@ -137,16 +134,13 @@ async def relay(
     current: Current,
     route: str,
     target: str,
-    data: Any,
+    data: bytes | AsyncIterable[bytes] | None,
     headers: CIMultiDict[str],
     extra_headers: Mapping[str, str] | None = None,
     outcome: str = "forward",
-    tap_for: Callable[[aiohttp.ClientResponse], Tap | None] | None = None,
+    tap_for: Callable[[Answer], Tap | None] | None = None,
 ) -> web.StreamResponse:
     app = request.app
-    if isinstance(data, bytes) and len(data) > _LARGE_BODY:
-        # A file-like payload: aiohttp streams it (bytes over a MiB draw a ResourceWarning).
-        data = io.BytesIO(data)
     streams = app[METRICS].open_streams
     streams.inc()
     try:
@@ -221,10 +215,8 @@ async def gate(
     return await relay(request, current, route, target, raw, headers, extra, tap_for=tap_for)
 
 
-def _tap_for(
-    ledger: Ledger, tenant: str, limit: int
-) -> Callable[[aiohttp.ClientResponse], Tap | None]:
-    def tap(upstream: aiohttp.ClientResponse) -> Tap | None:
+def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap | None]:
+    def tap(upstream: Answer) -> Tap | None:
         if upstream.status != 200:
             return None
         content_type = upstream.headers.get("Content-Type", "")

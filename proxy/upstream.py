@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy import config
+from proxy import config, http1
 
 log = logging.getLogger("replay_proxy")
 
@@ -70,11 +70,17 @@ def relayed_headers(
 
 
 class Upstream:
-    """The upstream server and the one client session (connection pool) every request shares."""
+    """The upstream server: one pool of keep-alive connections every request shares, and an
+    aiohttp session for WebSocket upgrades."""
 
     def __init__(self, settings: config.Upstream) -> None:
         self.settings = settings
         self.base = URL(settings.url.rstrip("/"))
+        self.pool = http1.Pool(
+            self.base,
+            connect_timeout_s=settings.connect_timeout_s,
+            read_timeout_s=settings.read_timeout_s,
+        )
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -92,6 +98,7 @@ class Upstream:
         )
 
     async def close(self) -> None:
+        self.pool.close()
         if self._session is not None:
             await self._session.close()
 
@@ -109,10 +116,10 @@ class Upstream:
         request: web.Request,
         target: str,
         *,
-        data: Any,
+        data: bytes | AsyncIterable[bytes] | None,
         headers: CIMultiDict[str],
         extra_headers: Mapping[str, str] | None = None,
-        tap_for: Callable[[aiohttp.ClientResponse], Tap | None] | None = None,
+        tap_for: Callable[[http1.Answer], Tap | None] | None = None,
     ) -> web.StreamResponse:
         """Send the request upstream and stream the answer back chunk by chunk.
 
@@ -120,32 +127,31 @@ class Upstream:
         failure cuts the client's connection so that it cannot mistake a partial answer for
         a whole one.
         """
+        # The body's framing is the hop's own; an `Expect` was answered by this server.
+        headers.popall("Content-Length", None)
+        headers.popall("Expect", None)
+        length = None if isinstance(data, bytes) else request.content_length
         try:
-            upstream = await self.session.request(
-                request.method,
-                self.url(target),
-                headers=headers,
-                data=data,
-                allow_redirects=False,
-                compress=None,
+            upstream = await self.pool.request(
+                request.method, target, headers.items(), data, length=length
             )
-        except (TimeoutError, aiohttp.ServerTimeoutError):
+        except TimeoutError:
             raise UpstreamError(
                 504, "upstream_timeout", "the upstream did not answer in time"
             ) from None
-        except aiohttp.ClientConnectorError as exc:
+        except http1.ConnectError as exc:
             raise UpstreamError(
-                502, "upstream_unreachable", f"cannot connect to the upstream: {exc.os_error}"
+                502, "upstream_unreachable", f"cannot connect to the upstream: {exc}"
             ) from None
-        except aiohttp.ClientResponseError as exc:
+        except http1.BadAnswer as exc:
             raise UpstreamError(
-                502, "upstream_bad_response", f"the upstream answered garbage: {exc.message}"
+                502, "upstream_bad_response", f"the upstream answered garbage: {exc}"
             ) from None
-        except aiohttp.ClientError as exc:
+        except (http1.BrokenAnswer, OSError) as exc:
             raise UpstreamError(
                 502, "upstream_unreachable", f"the upstream connection failed: {exc}"
             ) from None
-        async with upstream:
+        try:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             response.headers.update(relayed_headers(upstream.headers))
             if extra_headers:
@@ -153,20 +159,22 @@ class Upstream:
             tap = tap_for(upstream) if tap_for is not None else None
             try:
                 await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
+                async for chunk in upstream.chunks():
                     if tap is not None:
                         await tap.feed(chunk)
                     await response.write(chunk)
                 if tap is not None:
                     await tap.finish()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-                # The client hung up: leaving the block releases the upstream connection.
+                # The client hung up: the upstream connection is closed, not reused.
                 log.info("client went away mid-answer: %s %s", request.method, target)
                 return response
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                log.warning("upstream failed mid-answer: %s %s: %r", request.method, target, exc)
+            except (TimeoutError, http1.BrokenAnswer, http1.BadAnswer) as exc:
+                log.warning("upstream failed mid-answer: %s %s: %s", request.method, target, exc)
                 if request.transport is not None:
                     request.transport.close()
                 return response
             await response.write_eof()
             return response
+        finally:
+            upstream.release()
