@@ -173,8 +173,7 @@ async def gate(
     try:
         body.check_content_type(", ".join(request.headers.getall("Content-Type", ())))
         applied = body.codings(", ".join(request.headers.getall("Content-Encoding", ())))
-        async with asyncio.timeout(config.limits.body_timeout_s):
-            raw = await read_raw(request, config.limits.max_body_bytes)
+        raw = await read_raw(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
         decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
         parsed = body.parse(decoded)
     except body.BodyError as exc:
@@ -225,18 +224,29 @@ def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap 
     return tap
 
 
-async def read_raw(request: web.Request, limit: int) -> bytes:
-    """The body exactly as it arrived; more than `limit` bytes is 413 without reading on."""
+async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The body exactly as it arrived; more than `limit` bytes is 413 without reading on, and
+    a body that takes longer than `timeout_s` to arrive is a TimeoutError."""
     if request.content_length is not None and request.content_length > limit:
-        raise body.BodyError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
+        raise _too_large(limit)
+    content = request.content
+    if content.is_eof():
+        # Already whole, as small bodies usually are by the time the handler runs.
+        whole = content.read_nowait()
+        if len(whole) > limit:
+            raise _too_large(limit)
+        return whole
     chunks = bytearray()
-    async for chunk in request.content.iter_any():
-        chunks += chunk
-        if len(chunks) > limit:
-            raise body.BodyError(
-                413, "body_too_large", f"the body exceeds the limit of {limit} bytes"
-            )
+    async with asyncio.timeout(timeout_s):
+        async for chunk in content.iter_any():
+            chunks += chunk
+            if len(chunks) > limit:
+                raise _too_large(limit)
     return bytes(chunks)
+
+
+def _too_large(limit: int) -> body.BodyError:
+    return body.BodyError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
 
 
 async def serve(

@@ -47,15 +47,19 @@ class _Connection(asyncio.Protocol):
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.idle_since = 0.0
-        self.begin(head_only=False)
         self._drain: asyncio.Future[None] | None = None
         self.writing_paused = False
         self.lost = False
+        self.complete = False
+        self.head_only = False
+        self.begin(head_only=False)
 
     def begin(self, *, head_only: bool) -> None:
         """Ready for the answer to a new request (`head_only`: to a HEAD request)."""
         self.received = 0
-        self.parser = httptools.HttpResponseParser(self)
+        if head_only or not self.reusable() or self.head_only:
+            # A parser that read a whole answer is ready for the next one; any other is not.
+            self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
         self.status = 0
         self.reason = bytearray()
@@ -252,6 +256,12 @@ class Answer:
         )
         length = self.headers.get("Content-Length")
         self.content_length = int(length) if length is not None and length.isdigit() else None
+
+    @property
+    def arrived(self) -> bool:
+        """Whether the body (or its first part) came with the head."""
+        connection = self._connection
+        return connection is not None and (bool(connection.chunks) or connection.complete)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives. Raises BrokenAnswer, BadAnswer or TimeoutError mid-answer."""

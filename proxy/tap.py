@@ -34,6 +34,10 @@ class ResponseTap:
     async def feed(self, chunk: bytes) -> None:
         if self.recorded:
             return
+        if not self.sse and not self.pending and len(chunk) == self.expected:
+            self.recorded = True  # the whole body in one chunk, as small answers come
+            await self._record_json(chunk)
+            return
         self.pending += chunk
         if self.sse:
             await self._events()
@@ -49,11 +53,15 @@ class ResponseTap:
             return
         self.recorded = True
         try:
-            response = orjson.loads(self.pending)
-        except orjson.JSONDecodeError:
-            return
+            await self._record_json(self.pending)
         finally:
             self.pending.clear()
+
+    async def _record_json(self, data: bytes | bytearray) -> None:
+        try:
+            response = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
         if isinstance(response, dict) and response.get("object") == "response":
             await self.ledger.record(self.tenant, response)
 

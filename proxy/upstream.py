@@ -153,6 +153,10 @@ class Upstream:
             ) from None
         try:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            if upstream.arrived:
+                # The head goes out with the first chunk, in one write; aiohttp's own Response
+                # does this, StreamResponse sends the head on its own unless told not to.
+                response._send_headers_immediately = False
             response.headers.update(relayed_headers(upstream.headers))
             if extra_headers:
                 response.headers.update(extra_headers)
