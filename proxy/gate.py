@@ -213,20 +213,22 @@ class _Inspection:
         self.referenced: dict[str, list[int]] = {}
         self.resolved: dict[int, Item] = {}
         self.outputs: dict[str, list[int]] = {}
+        self.kinds = [items.kind(item) for item in input_items]
         for index, item in enumerate(input_items):
-            if items.is_output(item):
+            item_kind = self.kinds[index]
+            if item_kind == items.FUNCTION_CALL_OUTPUT:
                 call_id = items.output_call_id(item)
                 if call_id is not None:
                     self.outputs.setdefault(call_id, []).append(index)
-            elif items.is_reference(item):
+            elif item_kind == items.ITEM_REFERENCE:
                 ref = items.reference_id(item)
                 resolved = recorded.item(ref) if ref is not None else None
                 key = items.pairing_key(resolved) if resolved is not None else None
                 if resolved is not None and key is not None:
                     self.referenced.setdefault(key, []).append(index)
                     self.resolved[index] = resolved
-            else:
-                key = items.pairing_key(item)
+            elif isinstance(item, dict):
+                key = items.pairing_key_of(item, item_kind)
                 if key is not None:
                     self.candidates.setdefault(key, []).append(index)
 
@@ -246,7 +248,7 @@ class _Inspection:
                 )
             # An output that also carries an envelope key is still gated: the envelope's action
             # (say `log`) must not let its call past a stricter reason's action.
-            if items.is_output(item):
+            if self.kinds[index] == items.FUNCTION_CALL_OUTPUT:
                 finding = self.check_output(index, item)
                 if finding is not None:
                     findings.append(finding)

@@ -10,9 +10,6 @@ FUNCTION_CALL_OUTPUT = "function_call_output"
 ITEM_REFERENCE = "item_reference"
 MESSAGE = "message"
 
-# Keys that only a Chat Completions message carries; inside `input` they send the wrong shape on.
-_ENVELOPE_KEYS = ("tool_calls", "tool_call_id")
-
 Item = Mapping[str, Any]
 
 
@@ -57,20 +54,27 @@ def pairing_key(item: Any) -> str | None:
     Items with no `call_id` (a vendor's hosted tool call such as `openai:web_search_call`) can
     still be named by an output; pairing by `id` lets the gate see and reject that pair.
     """
-    if not isinstance(item, dict) or is_output(item) or is_reference(item):
+    if not isinstance(item, dict):
         return None
-    if "call_id" in item or kind(item) == FUNCTION_CALL:
+    return pairing_key_of(item, kind(item))
+
+
+def pairing_key_of(item: Item, item_kind: str | None) -> str | None:
+    """`pairing_key` of an object whose `kind` is already known."""
+    if item_kind in (FUNCTION_CALL_OUTPUT, ITEM_REFERENCE):
+        return None
+    if "call_id" in item or item_kind == FUNCTION_CALL:
         call_id = item.get("call_id")
         return call_id if isinstance(call_id, str) else None
     item_id = item.get("id")
-    return item_id if isinstance(item_id, str) and kind(item) != MESSAGE else None
+    return item_id if isinstance(item_id, str) and item_kind != MESSAGE else None
 
 
 def is_envelope(item: Any) -> bool:
     """A Chat Completions message inside `input`: `role: tool`, `tool_calls` or `tool_call_id`."""
     if not isinstance(item, dict):
         return False
-    return item.get("role") == "tool" or any(key in item for key in _ENVELOPE_KEYS)
+    return item.get("role") == "tool" or "tool_calls" in item or "tool_call_id" in item
 
 
 def is_namespaced(item_type: Any) -> bool:

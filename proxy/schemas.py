@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import jsonschema
+import orjson
 import referencing
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
@@ -137,17 +138,14 @@ class SchemaCache:
 
     def __init__(self, max_schemas: int = 1024) -> None:
         self._serial = itertools.count(1)
-        self._compiled: LRU[str, Compiled | SchemaError] = LRU(max_schemas)
+        self._compiled: LRU[bytes, Compiled | SchemaError] = LRU(max_schemas)
 
     def next_key(self) -> int:
         return next(self._serial)
 
     def compile(self, schema: Any) -> Compiled:
         """The compiled schema; raises SchemaError (remembered too) for an invalid one."""
-        try:
-            canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))
-        except (TypeError, ValueError, RecursionError):
-            raise SchemaError("schema cannot be serialised") from None
+        canonical = _canonical(schema)
         found = self._compiled.get(canonical)
         if found is None:
             try:
@@ -161,6 +159,20 @@ class SchemaCache:
 
     def __len__(self) -> int:
         return len(self._compiled)
+
+
+def _canonical(schema: Any) -> bytes:
+    """The schema's JSON with sorted keys: equal for equal schemas, distinct for distinct ones
+    (both serialisers write JSON that reads back to the value it came from)."""
+    try:
+        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        pass  # an integer beyond 64 bits, or nesting deeper than orjson writes
+    try:
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        raise SchemaError("schema cannot be serialised") from None
+    return text.encode("utf-8", "surrogatepass")
 
 
 def pointer(parts: Iterable[Any]) -> str:
