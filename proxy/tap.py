@@ -66,16 +66,32 @@ class ResponseTap:
             await self.ledger.record(self.tenant, response)
 
     async def _events(self) -> None:
+        pending = self.pending
+        # Most servers end lines with LF alone: then a plain search finds each event's end.
+        crlf = b"\r" in pending
+        start = 0
         while True:
-            match = _EVENT_END.search(self.pending)
-            if match is None:
-                if len(self.pending) > self.limit:
-                    self.recorded = True
-                    self.pending.clear()
-                return
-            block = bytes(self.pending[: match.start()])
-            del self.pending[: match.end()]
-            await self.event(_data_of(block))
+            if crlf:
+                match = _EVENT_END.search(pending, start)
+                end, after = (match.start(), match.end()) if match else (-1, -1)
+            else:
+                end = pending.find(b"\n\n", start)
+                after = end + 2
+            if end < 0:
+                break
+            block = pending[start:end]
+            start = after
+            # Only three kinds of event matter; the rest are not decoded at all.
+            if (
+                b"response.completed" in block
+                or b"response.output_item.done" in block
+                or b"response.incomplete" in block
+            ):
+                await self.event(_data_of(bytes(block)))
+        del pending[:start]
+        if len(pending) > self.limit:
+            self.recorded = True
+            pending.clear()
 
     async def event(self, data: bytes | str) -> None:
         """One event's JSON (an SSE `data:` or a WebSocket frame)."""

@@ -1,0 +1,83 @@
+"""The tap records the response an answer completes, however the answer is cut into chunks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from proxy.ledger import Ledger
+from proxy.stores import MemoryStore
+from proxy.tap import ResponseTap
+
+CALL = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_1",
+    "name": "get_latest_sales_report",
+    "arguments": '{"region": "emea"}',
+    "status": "completed",
+}
+MESSAGE = {"type": "message", "id": "msg_1", "role": "assistant", "content": []}
+
+
+def sse(events: list[dict[str, Any]], newline: str) -> bytes:
+    blocks = [f"event: {e['type']}{newline}data: {json.dumps(e)}{newline}" for e in events]
+    return newline.join(blocks).encode() + newline.encode()
+
+
+def stream(*, output_in_completed: bool, newline: str) -> bytes:
+    response = {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}
+    done = {**response, "status": "completed", "output": [MESSAGE, CALL]}
+    return sse(
+        [
+            {"type": "response.created", "response": response},
+            {"type": "response.output_text.delta", "delta": "response.completed is text"},
+            {"type": "response.output_item.done", "output_index": 0, "item": MESSAGE},
+            {"type": "response.output_item.done", "output_index": 1, "item": CALL},
+            {
+                "type": "response.completed",
+                "response": done if output_in_completed else {**done, "output": []},
+            },
+        ],
+        newline,
+    )
+
+
+async def tapped(answer: bytes, chunk: int, content_type: str) -> MemoryStore:
+    store = MemoryStore(max_responses=10, ttl_s=60)
+    tap = ResponseTap(Ledger(store, max_chain=8, fail_open=False), "t", content_type, None, 1 << 20)
+    for start in range(0, len(answer), chunk):
+        await tap.feed(answer[start : start + chunk])
+    await tap.finish()
+    return store
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20], ids=lambda n: f"chunks-of-{n}")
+@pytest.mark.parametrize("output_in_completed", [True, False], ids=["whole", "from-items"])
+async def test_a_stream_is_recorded_once_with_its_calls(
+    newline: str, chunk: int, output_in_completed: bool
+) -> None:
+    answer = stream(output_in_completed=output_in_completed, newline=newline)
+    store = await tapped(answer, chunk, "text/event-stream; charset=utf-8")
+    assert len(store) == 1
+    (recording,) = await store.chain("t", "resp_1", 8)
+    # Messages are not kept; the call is, with what the gate needs of it.
+    assert recording.items == (CALL,)
+
+
+@pytest.mark.parametrize("chunk", [1, 100, 1 << 20], ids=lambda n: f"chunks-of-{n}")
+async def test_a_json_answer_is_recorded(chunk: int) -> None:
+    answer = json.dumps({"id": "resp_1", "object": "response", "output": [CALL]}).encode()
+    store = await tapped(answer, chunk, "application/json")
+    (recording,) = await store.chain("t", "resp_1", 8)
+    assert recording.items == (CALL,)
+
+
+async def test_a_stream_that_never_completes_records_nothing() -> None:
+    answer = stream(output_in_completed=True, newline="\n")
+    cut = answer[: answer.index(b"event: response.completed")]
+    store = await tapped(cut, 1 << 20, "text/event-stream")
+    assert len(store) == 0
