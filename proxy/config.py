@@ -149,7 +149,7 @@ class Ledger:
     backend: str = "memory"
     url: str = "redis://127.0.0.1:6379/0"
     ttl_s: float = 86400.0
-    max_responses: int = 100_000
+    max_responses: int = 25_000
     max_chain: int = 64
     timeout_s: float = 1.0
     fail_open: bool = False

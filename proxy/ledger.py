@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,13 +16,19 @@ log = logging.getLogger("replay_proxy")
 
 # What the gate needs of a recorded item; the rest (message text, reasoning) is not kept.
 _KEPT_FIELDS = ("type", "id", "call_id", "name", "arguments", "status")
+_SHARED_FIELDS = frozenset({"type", "name", "status"})
 
 
 class LedgerFault(Exception):
     """The store could not be read or written in time."""
 
 
-@dataclass(frozen=True)
+def _shared(key: str, value: Any) -> Any:
+    """One copy of the values every recording repeats (a type, a status, a tool's name)."""
+    return sys.intern(value) if key in _SHARED_FIELDS and type(value) is str else value
+
+
+@dataclass(frozen=True, slots=True)
 class Recording:
     """One upstream response as the gate needs it: its id, its predecessor, its pairable items."""
 
@@ -38,7 +45,7 @@ class Recording:
             return None
         previous = response.get("previous_response_id")
         kept = tuple(
-            {k: item[k] for k in _KEPT_FIELDS if k in item}
+            {k: _shared(k, item[k]) for k in _KEPT_FIELDS if k in item}
             for item in output
             if isinstance(item, dict) and items.kind(item) != items.MESSAGE
         )
