@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -96,3 +98,30 @@ async def measure_streams(
                         session, server.url, body.data, gap_ms, stats[body.name, target]
                     )
     return stats
+
+
+async def hold_streams(
+    url: str, data: bytes, count: int, rss_mb: Callable[[], float], limit_s: float = 60.0
+) -> float:
+    """Open `count` SSE streams at once (the upstream's events 10 s apart) and, once every one
+    has had its first event, return the serving process's RSS in MB; then close them all."""
+    headers = {**HEADERS, "x-bench-event-gap-ms": "10000"}
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=limit_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def first_event() -> aiohttp.ClientResponse:
+            response = await session.post(url + PATH, data=data, headers=headers)
+            if response.status != 200:
+                raise SystemExit(f"streaming answer {response.status} from {url}")
+            async for line in response.content:
+                if line.startswith(b"data:"):
+                    break
+            return response
+
+        async with asyncio.timeout(limit_s):
+            responses = await asyncio.gather(*(first_event() for _ in range(count)))
+        rss = rss_mb()
+        for response in responses:
+            response.close()
+    return rss

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import shutil
 import sys
@@ -18,7 +19,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import yaml
-from client import check_answers, measure_streams
+from client import check_answers, hold_streams, measure_streams
 from host import Others, describe, wait_for_quiet
 from load_report import TARGETS, render
 from plan import FULL, QUICK, Plan
@@ -209,6 +210,22 @@ def main() -> int:
             measure_streams(servers, stream_bodies, plan.stream_samples, plan.stream_gap_ms)
         )
         stream_others_cores = stream_others.cores()
+        held: dict[str, tuple[float, float]] = {}
+        sse_body = stream_bodies[0]
+        for target in ("pass-through", "replay-proxy"):
+            server = servers[target]
+            settle(pids)
+            before = memory_mb(server.pid, "VmRSS")
+            print(f"holding {plan.open_streams} SSE streams open: {target}", file=sys.stderr)  # noqa: T201
+            during = asyncio.run(
+                hold_streams(
+                    server.url,
+                    sse_body.data,
+                    plan.open_streams,
+                    functools.partial(memory_mb, server.pid, "VmRSS"),
+                )
+            )
+            held[target] = (before, during)
         end_rss = {name: memory_mb(s.pid, "VmRSS") for name, s in servers.items()}
         results = {
             "command": command,
@@ -221,6 +238,7 @@ def main() -> int:
             "streams": {f"{b} | {t}": asdict(s) for (b, t), s in streams.items()},
             "streams_others_cores": stream_others_cores,
             "idle_rss_mb": idle_rss,
+            "held_streams_rss_mb": held,
             "end_rss_mb": end_rss,
         }
 
@@ -237,6 +255,7 @@ def main() -> int:
         stream_others_cores=stream_others_cores,
         idle_rss=idle_rss,
         end_rss=end_rss,
+        held=held,
         can_reset_rss=can_reset_rss,
         elapsed=elapsed,
     )

@@ -21,6 +21,7 @@ class Plan:
     stream_samples: int
     stream_gap_ms: float
     retry_s: float  # time that re-running cells a neighbour disturbed may take, at most
+    open_streams: int = 1000  # SSE streams held open at once to see what they cost in memory
 
     # A run during which other processes took more than this many cores is re-run once.
     disturbed_cores: float = 0.25
