@@ -17,7 +17,9 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import IO
 
+import litellm_target
 import yaml
 from client import check_answers, hold_streams, measure_streams
 from host import Others, describe, wait_for_quiet
@@ -25,6 +27,7 @@ from load_report import TARGETS, render
 from plan import FULL, QUICK, Plan
 from report import write_section
 from servers import (
+    Server,
     free_port,
     memory_mb,
     reset_peak_rss,
@@ -44,12 +47,50 @@ def rotated(items: tuple[str, ...], by: int) -> list[str]:
     return [*items[by:], *items[:by]]
 
 
+# The bodies of issue 5's LiteLLM row: it has no figure for the 1 MB body.
+LITELLM_BODIES = ("small", "10 pairs")
+
+
+def drive_litellm(
+    stack: ExitStack,
+    plan: Plan,
+    tmp: Path,
+    log: IO[bytes],
+    stub: Server,
+    scripts: dict[str, Path],
+    bench_bodies: list[Body],
+) -> dict[str, list[Run]]:
+    """LiteLLM's proxy in front of the same stub, driven like the others (after them: it takes
+    a core and some 350 MB while it runs, and is stopped before this returns)."""
+    port = free_port()
+    argv, env = litellm_target.argv_and_config(stub.url, port, tmp)
+    print("starting LiteLLM (some 10 s)", file=sys.stderr)  # noqa: T201
+    with started("litellm", argv, port, log, env=env, ready_s=90) as server:
+        served = served_by_stub(stub.url)
+        small = next(b for b in bench_bodies if b.name == "small")
+        run_wrk(scripts[small.name], server.url, server.pid, served, plan.connections, 2)
+        runs: dict[str, list[Run]] = {}
+        for round_no in range(plan.rounds):
+            for name in LITELLM_BODIES:
+                run = run_wrk(scripts[name], server.url, server.pid, served, plan.connections, 3)
+                runs.setdefault(name, []).append(run)
+                print(  # noqa: T201
+                    f"round {round_no + 1} {name:<17} litellm       {run.rps:>9,.0f} req/s  "
+                    f"cpu {run.cpu_us:9,.0f} µs/req  non-2xx {run.non_2xx}",
+                    file=sys.stderr,
+                )
+    return runs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one short round (~1 minute)")
     parser.add_argument("--rounds", type=int, help="rounds of wrk runs (default 3, quick 1)")
     parser.add_argument("--duration", type=int, help="whole seconds per wrk run")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
+    parser.add_argument(
+        "--no-litellm", action="store_true", help="leave out LiteLLM even if it is installed"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("load.py needs wrk on the PATH (Debian: apt-get install wrk)", file=sys.stderr)  # noqa: T201
@@ -227,6 +268,9 @@ def main() -> int:
             )
             held[target] = (before, during)
         end_rss = {name: memory_mb(s.pid, "VmRSS") for name, s in servers.items()}
+        litellm: dict[str, list[Run]] = {}
+        if litellm_target.available() and not args.no_litellm:
+            litellm = drive_litellm(stack, plan, tmp, log, stub, scripts, bench_bodies)
         results = {
             "command": command,
             "machine": describe(),
@@ -239,6 +283,7 @@ def main() -> int:
             "streams_others_cores": stream_others_cores,
             "idle_rss_mb": idle_rss,
             "held_streams_rss_mb": held,
+            "litellm": {b: [asdict(r) for r in runs] for b, runs in litellm.items()},
             "end_rss_mb": end_rss,
         }
 
@@ -256,6 +301,7 @@ def main() -> int:
         idle_rss=idle_rss,
         end_rss=end_rss,
         held=held,
+        litellm=litellm,
         can_reset_rss=can_reset_rss,
         elapsed=elapsed,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import litellm_target
 from client import StreamStats
 from host import describe
 from plan import Plan
@@ -35,6 +36,7 @@ def render(
     idle_rss: dict[str, float],
     end_rss: dict[str, float],
     held: dict[str, tuple[float, float]],
+    litellm: dict[str, list[Run]],
     can_reset_rss: bool,
     elapsed: float,
 ) -> str:
@@ -148,6 +150,31 @@ def render(
             f"{held['replay-proxy'][1] - held['replay-proxy'][0]:+.1f} MB",
         ],
     ]
+    if litellm:
+        litellm_rps = median([r.rps for r in litellm["small"]])
+        targets_rows.append(
+            [
+                "requests/s vs LiteLLM proxy (small)",
+                "≥ 50x",
+                ratio(med("small", "replay-proxy", "rps"), litellm_rps),
+            ]
+        )
+    else:
+        targets_rows.append(
+            ["requests/s vs LiteLLM proxy (small)", "≥ 50x", "not measured (not installed)"]
+        )
+    litellm_rows = [
+        [
+            name,
+            f"{median([r.rps for r in runs]):,.1f}",
+            f"{median([r.cpu_us for r in runs]):,.0f}",
+            f"{med(name, 'replay-proxy', 'rps'):,.0f}",
+            f"{med(name, 'replay-proxy', 'cpu_us'):,.0f}",
+            ratio(med(name, "replay-proxy", "rps"), median([r.rps for r in runs])),
+            str(sum(r.non_2xx + r.errors for r in runs)),
+        ]
+        for name, runs in litellm.items()
+    ]
     held_note = (
         f"*{plan.open_streams:,} open SSE streams*: that many streamed requests opened at once "
         "(the upstream's events 10 s apart), RSS read once each has had its first event, minus "
@@ -236,6 +263,41 @@ def render(
             table(["target", "goal", "measured"], targets_rows),
             held_note,
             "",
+            *(
+                [
+                    "### LiteLLM proxy (same run)",
+                    "",
+                    (
+                        f"LiteLLM {litellm_target.VERSION} (`{litellm_target.install_command()}`), "
+                        "one process, in front of the same stub, configured as in "
+                        "`bench/litellm_target.py` (native `/v1/responses` pass-through, no "
+                        "callbacks, retries or logs). Driven after the other targets with the "
+                        f"same wrk settings (`-d3s`), {plan.rounds} round(s); replay-proxy's "
+                        "figures are its medians from the table above."
+                    ),
+                    "",
+                    table(
+                        [
+                            "body",
+                            "LiteLLM req/s",
+                            "LiteLLM CPU µs/req",
+                            "replay-proxy req/s",
+                            "replay-proxy CPU µs/req",
+                            "req/s x LiteLLM",
+                            "LiteLLM non-2xx/errors",
+                        ],
+                        litellm_rows,
+                    ),
+                ]
+                if litellm
+                else [
+                    (
+                        "LiteLLM was not measured: it is not installed. Its own virtualenv: "
+                        f"`{litellm_target.install_command()}`."
+                    ),
+                    "",
+                ]
+            ),
             (
                 "The 400-pair *cold* target (≤ 2.5x) is not measured under load (every wrk "
                 "request repeats one body, so the verdict cache is warm after the first); see "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -41,12 +42,21 @@ def free_port() -> int:
 
 
 @contextmanager
-def started(name: str, argv: list[str], port: int, log: IO[bytes]) -> Iterator[Server]:
-    """Start a server, wait until it accepts connections, and stop it (by its PID) at the end."""
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=log)
+def started(
+    name: str,
+    argv: list[str],
+    port: int,
+    log: IO[bytes],
+    env: dict[str, str] | None = None,
+    ready_s: float = 20,
+) -> Iterator[Server]:
+    """Start a server (with `env` added to the environment), wait up to `ready_s` until it
+    accepts connections, and stop it (by its PID) at the end."""
+    environ = {**os.environ, **env} if env else None
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=log, env=environ)
     server = Server(name, port, process)
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + ready_s
         while True:
             if process.poll() is not None:
                 raise SystemExit(f"{name} exited with {process.returncode}:\n{_tail(log)}")
@@ -56,7 +66,7 @@ def started(name: str, argv: list[str], port: int, log: IO[bytes]) -> Iterator[S
             except OSError:
                 if time.monotonic() > deadline:
                     raise SystemExit(
-                        f"{name} did not listen on {port} within 20 s:\n{_tail(log)}"
+                        f"{name} did not listen on {port} within {ready_s:g} s:\n{_tail(log)}"
                     ) from None
                 time.sleep(0.05)
         yield server
