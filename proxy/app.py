@@ -238,7 +238,7 @@ async def _decide(
     extra = {"x-replay-gate": header} if header else None
     if verdict.outcome == "strip":
         assert verdict.input is not None
-        stripped = body.stripped(decoded, parsed, verdict.input)
+        stripped = body.stripped(parsed, verdict.input)
         return _Forward(stripped, _STRIPPED_DROP, extra, "strip")
     return _Forward(raw, _FORWARD_DROP, extra, "forward")
 

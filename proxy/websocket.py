@@ -156,5 +156,5 @@ async def _gate_frame(
         return _error_event(400, rejection(verdict)), None
     if verdict.outcome == "strip":
         assert verdict.input is not None
-        return None, body.stripped(raw, frame, verdict.input).decode()
+        return None, body.stripped(frame, verdict.input).decode()
     return None, text

@@ -164,7 +164,7 @@ def test_a_big_integer_is_read_exactly_where_it_is_forwarded() -> None:
     assert parsed["n"] == 10**23
     assert isinstance(parsed["n"], int)
     assert exact(raw)["n"] == 10**23
-    forwarded = stripped(raw, parsed, parsed["input"])
+    forwarded = stripped(parsed, parsed["input"])
     assert forwarded == b'{"n":100000000000000000000000,"input":[{"role":"user","content":"hi"}]}'
 
 

@@ -456,7 +456,7 @@ def test_nothing_that_fails_the_gate_reaches_the_upstream(
         return
     if verdict.outcome == "strip":
         assert verdict.input is not None
-        forwarded = body.stripped(decoded, parsed, verdict.input)
+        forwarded = body.stripped(parsed, verdict.input)
     else:
         forwarded = decoded
     upstream = json.loads(forwarded)  # the upstream's reading, not the proxy's
