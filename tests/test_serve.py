@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import platform
 import re
 import signal
 import subprocess
@@ -279,3 +280,17 @@ async def test_sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid(
     finally:
         assert await proxy.stop() == 0
     assert len(recording_upstream.received) == 2
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc setting")
+def test_large_buffers_are_given_back_to_the_system() -> None:
+    """The serving process fixes glibc's mmap threshold (see `return_large_buffers`); mallopt
+    says whether it took the setting."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from proxy.app import return_large_buffers as r; print(r())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "True"
