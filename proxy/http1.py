@@ -297,7 +297,9 @@ class Pool:
         self.authority = base.host_port_subcomponent or self.host
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
-        self._idle: list[_Connection] = []
+        # Idle connections, most recently used on the right: reused from the right, and
+        # expired from the left, where the ones that have waited longest are.
+        self._idle: collections.deque[_Connection] = collections.deque()
         self._open: set[_Connection] = set()
 
     async def request(
@@ -437,15 +439,26 @@ class Pool:
         return connection, False
 
     def put(self, connection: _Connection) -> None:
+        now = time.monotonic()
         if connection.reusable():
-            connection.idle_since = time.monotonic()
+            connection.idle_since = now
             self._idle.append(connection)
         else:
             self._discard(connection)
+        # Connections idle too long, or closed by the upstream meanwhile, are let go of here
+        # too: a pool that grew for a burst does not keep its sockets open until the next one.
+        idle = self._idle
+        while idle and (not idle[0].open() or now - idle[0].idle_since >= IDLE_S):
+            self._discard(idle.popleft())
 
     def _discard(self, connection: _Connection) -> None:
         connection.close()
         self._open.discard(connection)
+
+    @property
+    def idle(self) -> int:
+        """How many connections wait in the pool to be reused."""
+        return len(self._idle)
 
     def close(self) -> None:
         """Close every connection, idle or in use."""

@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
+from yarl import URL
 
+from proxy import http1
 from tests.conftest import SALES_TOOL, ProxyFactory, sales_call, sales_output
 
 GUARD_S = 10
+POLL_S = 0.01
 CLEAN = json.dumps(
     {
         "model": "m",
@@ -66,10 +69,18 @@ class ScriptedWire:
     url: str = ""
     seen: list[Seen] = field(default_factory=list)
     connections: int = 0
+    closed: int = 0
+    writers: dict[int, asyncio.StreamWriter] = field(default_factory=dict)
+
+    def hang_up(self, connections: list[int]) -> None:
+        """Close these connections (by number), unannounced, as a server ending idle ones does."""
+        for number in connections:
+            self.writers[number].close()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         number = self.connections
+        self.writers[number] = writer
         try:
             while True:
                 try:
@@ -87,9 +98,11 @@ class ScriptedWire:
         except ConnectionError:
             return
         finally:
+            self.writers.pop(number, None)
             writer.close()
             with suppress(ConnectionError):
                 await writer.wait_closed()
+            self.closed += 1
 
 
 async def read_body(reader: asyncio.StreamReader, seen: Seen) -> bytes:
@@ -262,3 +275,33 @@ async def test_a_second_answer_to_one_request_is_never_relayed(
     assert await post(client, proxy) == (200, b"one")
     assert await post(client, proxy) == (200, b"two")
     assert [s.connection for s in upstream.seen] == [1, 2]
+
+
+async def test_the_pool_lets_go_of_connections_the_upstream_closed(wire: Wire) -> None:
+    """A burst leaves idle connections behind. When the upstream closes the older ones while
+    the newest is still in use, the pool lets go of them without waiting to reuse them."""
+    burst = 5
+    upstream = await wire([(answer(b"%d" % n), False) for n in range(1, burst + 2)])
+    pool = http1.Pool(URL(upstream.url), connect_timeout_s=GUARD_S, read_timeout_s=GUARD_S)
+    try:
+        held = []
+        for n in range(1, burst + 1):  # each on a connection of its own, the n-th on the n-th
+            got = await pool.request("GET", "/v1/models", (), None)
+            assert b"".join([chunk async for chunk in got.chunks()]) == b"%d" % n
+            held.append(got)
+        for got in held:
+            got.release()
+        assert pool.idle == burst
+        upstream.hang_up(list(range(1, burst)))
+        for _ in range(int(GUARD_S / POLL_S)):
+            if upstream.closed == burst - 1:
+                break
+            await asyncio.sleep(POLL_S)
+        await asyncio.sleep(POLL_S)  # for the pool's side to read the closes
+        got = await pool.request("GET", "/v1/models", (), None)
+        assert b"".join([chunk async for chunk in got.chunks()]) == b"%d" % (burst + 1)
+        got.release()
+        assert upstream.seen[-1].connection == burst  # the newest was reused
+        assert pool.idle == 1  # and the closed ones are gone
+    finally:
+        pool.close()
