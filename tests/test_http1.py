@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import pytest
+import trustme
 from yarl import URL
 
 from proxy import http1
@@ -120,18 +123,20 @@ async def read_body(reader: asyncio.StreamReader, seen: Seen) -> bytes:
             return bytes(body)
 
 
-Wire = Callable[[list[Step]], Awaitable[ScriptedWire]]
+Wire = Callable[..., Awaitable[ScriptedWire]]
 
 
 @pytest.fixture
 async def wire() -> AsyncIterator[Wire]:
+    """Start a scripted upstream; `tls` (a server context) makes it an https one."""
     servers: list[asyncio.Server] = []
 
-    async def start(script: list[Step]) -> ScriptedWire:
+    async def start(script: list[Step], tls: ssl.SSLContext | None = None) -> ScriptedWire:
         upstream = ScriptedWire(script)
-        server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+        server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0, ssl=tls)
         servers.append(server)
-        upstream.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        scheme = "https" if tls else "http"
+        upstream.url = f"{scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         return upstream
 
     yield start
@@ -149,6 +154,32 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
 async def post(client: aiohttp.ClientSession, url: str) -> tuple[int, bytes]:
     async with client.post(url + "/v1/responses", data=CLEAN, headers=JSON_HEADERS) as got:
         return got.status, await got.read()
+
+
+async def test_an_https_upstream_is_reached_when_its_certificate_is_trusted(
+    wire: Wire,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The system's trust store decides (here SSL_CERT_FILE, which OpenSSL reads): a trusted
+    upstream is reached over TLS, an untrusted one is 502 and hears nothing."""
+    ca = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(tls)
+    upstream = await wire([(answer(b"over tls"), False)], tls)
+    untrusted = await start_proxy(upstream.url)
+    status, payload = await post(client, untrusted)
+    assert status == 502
+    assert json.loads(payload)["error"]["code"] == "upstream_unreachable"
+    assert b"CERTIFICATE_VERIFY_FAILED" in payload
+    assert upstream.seen == []
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    trusted = await start_proxy(upstream.url)
+    assert await post(client, trusted) == (200, b"over tls")
+    assert upstream.seen[0].header(b"host") == upstream.url.removeprefix("https://").encode()
 
 
 async def test_sequential_requests_share_one_upstream_connection(
