@@ -116,6 +116,14 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def proxy(request: web.Request) -> web.StreamResponse:
     current = request.app[LIVE].current
+    current.upstream.acquire()
+    try:
+        return await _proxy(request, current)
+    finally:
+        await current.upstream.release()
+
+
+async def _proxy(request: web.Request, current: Current) -> web.StreamResponse:
     try:
         tenant = tenant_of(request.headers, current.config)
     except Unauthorized:

@@ -42,7 +42,6 @@ class Live:
 
     def __init__(self) -> None:
         self._current: Current | None = None
-        self._retired: list[Upstream] = []
 
     @property
     def current(self) -> Current:
@@ -61,12 +60,13 @@ class Live:
         if config.upstream != old.config.upstream:
             upstream = Upstream(config.upstream)
             await upstream.start()
-            # Requests in flight still use the old pool; it is closed at shutdown.
-            self._retired.append(old.upstream)
         for section in ("listen", "ledger", "audit"):
             if getattr(config, section) != getattr(old.config, section):
                 log.warning("config reload: %s changed; it takes effect on restart", section)
         self._current = Current(config, upstream)
+        if upstream is not old.upstream:
+            # Requests in flight finish on the old pool, which closes after the last of them.
+            await old.upstream.retire()
 
     async def reload(self, load: Callable[[], Config]) -> bool:
         """Re-read the config; an invalid one is logged and the old one stays in force."""
@@ -80,8 +80,7 @@ class Live:
         return True
 
     async def close(self) -> None:
-        for upstream in (*self._retired, self.current.upstream):
-            await upstream.close()
+        await self.current.upstream.close()
 
 
 LIVE = web.AppKey("live", Live)

@@ -82,6 +82,25 @@ class Upstream:
             read_timeout_s=settings.read_timeout_s,
         )
         self._session: aiohttp.ClientSession | None = None
+        self._users = 0
+        self._retired = False
+        self.closed = False
+
+    def acquire(self) -> None:
+        """A request starts using this upstream (it read it from the config in force)."""
+        self._users += 1
+
+    async def release(self) -> None:
+        """That request is done; a retired upstream closes with its last one."""
+        self._users -= 1
+        if self._retired and not self._users:
+            await self.close()
+
+    async def retire(self) -> None:
+        """A reload replaced this upstream: close it once no request uses it any more."""
+        self._retired = True
+        if not self._users:
+            await self.close()
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -98,6 +117,7 @@ class Upstream:
         )
 
     async def close(self) -> None:
+        self.closed = True
         self.pool.close()
         if self._session is not None:
             await self._session.close()

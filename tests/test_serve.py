@@ -17,6 +17,8 @@ import pytest
 from aiohttp import web
 from openai import AsyncOpenAI
 
+from proxy.boundary import Live
+from proxy.config import parse_config
 from proxy.workers import free_port
 from tests.conftest import (
     SALES_TOOL,
@@ -294,3 +296,24 @@ def test_large_buffers_are_given_back_to_the_system() -> None:
         check=True,
     )
     assert done.stdout.strip() == "True"
+
+
+async def test_a_replaced_upstream_closes_after_its_last_request() -> None:
+    """A reload that names another upstream leaves requests in flight their pool, and closes
+    it when the last of them is done: reloads do not pile up open pools."""
+    live = Live()
+    await live.start(parse_config({"upstream": {"url": "http://127.0.0.1:9"}}))
+    first = live.current.upstream
+    first.acquire()  # a request in flight, as `proxy()` does when it reads the config
+    await live.swap(parse_config({"upstream": {"url": "http://127.0.0.1:10"}}))
+    second = live.current.upstream
+    assert second is not first
+    assert not first.closed
+    await first.release()
+    assert first.closed
+    # One that no request uses is closed at once; the one in force only at shutdown.
+    await live.swap(parse_config({"upstream": {"url": "http://127.0.0.1:11"}}))
+    assert second.closed
+    assert not live.current.upstream.closed
+    await live.close()
+    assert live.current.upstream.closed
