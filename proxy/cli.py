@@ -146,6 +146,14 @@ def run_hash_key() -> int:
     if not key:
         print("replay-proxy: hash-key: the key is empty", file=sys.stderr)  # noqa: T201
         return 2
+    if key != key.strip():
+        # HTTP trims header values and the proxy trims a Bearer token: such a key never matches.
+        print(  # noqa: T201
+            "replay-proxy: hash-key: the key starts or ends with whitespace, "
+            "which no request can carry",
+            file=sys.stderr,
+        )
+        return 2
     sys.stdout.write(hashlib.sha256(key).hexdigest() + "\n")
     return 0
 
