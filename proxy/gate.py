@@ -205,7 +205,7 @@ class _Inspection:
         self.policy = policy
         self.recorded = recorded
         self.request_schemas: dict[str, list[Any]] | None = None
-        self.compiled: dict[str, list[Compiled | SchemaError]] = {}
+        self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
         self.allowance = Allowance(policy.validation_timeout_s)
         # Pairing keys -> indexes of inline candidates, of item_references resolving to a
         # candidate, and of outputs, in input order. Each reference is resolved once, here.
@@ -283,32 +283,34 @@ class _Inspection:
             return False
         return bool(self.recorded.calls(finding.call_id))
 
+    def finding(
+        self,
+        index: int,
+        call_id: str | None,
+        reason: str,
+        paired_index: int | None = None,
+        name: Any = None,
+        fail: tuple[Violation, ...] = (),
+        arguments: Any = None,
+    ) -> Finding:
+        return Finding(
+            index,
+            reason,
+            self.policy.action_for(reason),
+            call_id,
+            paired_index,
+            name if isinstance(name, str) else None,
+            fail,
+            arguments,
+        )
+
     def check_output(self, index: int, output: Item) -> Finding | None:
         call_id = items.output_call_id(output)
-
-        def finding(
-            reason: str,
-            paired_index: int | None = None,
-            name: Any = None,
-            fail: tuple[Violation, ...] = (),
-            arguments: Any = None,
-        ) -> Finding:
-            return Finding(
-                index,
-                reason,
-                self.policy.action_for(reason),
-                call_id,
-                paired_index,
-                name if isinstance(name, str) else None,
-                fail,
-                arguments,
-            )
-
         if call_id is None:
-            return finding("orphan")
+            return self.finding(index, call_id, "orphan")
         inline, by_reference, upstream = self.paired(index, call_id)
         if not inline + by_reference + len(upstream):
-            return None if self.recorded.trust_unpaired else finding("orphan")
+            return None if self.recorded.trust_unpaired else self.finding(index, call_id, "orphan")
         paired_index: int | None
         if inline:
             paired_index = self.candidates[call_id][0]
@@ -321,13 +323,17 @@ class _Inspection:
         name = call.get("name")
         arguments = call.get("arguments")
         if inline + by_reference + len(upstream) > 1 or len(self.outputs.get(call_id, ())) > 1:
-            return finding("duplicate_call_id", paired_index, name, arguments=arguments)
+            return self.finding(
+                index, call_id, "duplicate_call_id", paired_index, name, arguments=arguments
+            )
         reason = self.check_call(call)
         if reason is None:
             return None
         if isinstance(reason, tuple):
-            return finding("arguments_schema", paired_index, name, reason, arguments)
-        return finding(reason, paired_index, name, arguments=arguments)
+            return self.finding(
+                index, call_id, "arguments_schema", paired_index, name, reason, arguments
+            )
+        return self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
 
     def check_call(self, call: Item) -> str | tuple[Violation, ...] | None:
         """The first reason the paired item fails, schema violations, or None when it passes."""
@@ -345,8 +351,7 @@ class _Inspection:
         if not isinstance(arguments, str):
             return "arguments_type"
         name = call.get("name")
-        schemas = self.schemas_for(name) if isinstance(name, str) else []
-        key = tuple(s.key if isinstance(s, Compiled) else 0 for s in schemas)
+        schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
         cached = self.policy.verdicts.get((key, arguments))
         if cached is None:
             cached = _check_arguments(arguments, schemas, self.allowance)
@@ -357,15 +362,18 @@ class _Inspection:
             return None
         return cached[1] if isinstance(cached, tuple) else cached
 
-    def schemas_for(self, name: str) -> list[Compiled | SchemaError]:
-        """The pinned schema, else every `tools[].parameters` of that name in the request."""
-        pinned = self.policy.pinned.get(name)
-        if pinned is not None:
-            return [pinned]
-        compiled = self.compiled.get(name)
-        if compiled is None:
-            compiled = self.compiled[name] = self.compile_request_schemas(name)
-        return compiled
+    def schemas_for(self, name: str) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
+        """The pinned schema, else every `tools[].parameters` of that name in the request; and
+        the key of the verdicts made against them (looked up once per name and request)."""
+        found = self.compiled.get(name)
+        if found is None:
+            pinned = self.policy.pinned.get(name)
+            schemas: list[Compiled | SchemaError] = (
+                [pinned] if pinned is not None else self.compile_request_schemas(name)
+            )
+            key = tuple(s.key if isinstance(s, Compiled) else 0 for s in schemas)
+            found = self.compiled[name] = (schemas, key)
+        return found
 
     def compile_request_schemas(self, name: str) -> list[Compiled | SchemaError]:
         if self.request_schemas is None:
