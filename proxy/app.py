@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 
 from proxy import body, routes
@@ -52,6 +53,26 @@ _FORWARD_DROP = frozenset({"host", "content-length"})
 _STRIPPED_DROP = frozenset({"host", "content-length", "content-encoding"})
 
 
+class _ClientFaults(logging.Filter):
+    """A request aiohttp's parser refused (bad framing, a line too long) is the client's fault,
+    answered 400 before any handler runs: one line at INFO, not an ERROR with a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fault = record.exc_info[1] if record.exc_info else None
+        if isinstance(fault, HttpProcessingError) and record.levelno > logging.INFO:
+            try:
+                said = record.getMessage()
+            except (TypeError, ValueError):  # a logger filter that raises breaks the request
+                return True
+            record.msg, record.args = "%s: %s", (said, fault.message or type(fault).__name__)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_CLIENT_FAULTS = _ClientFaults()
+
+
 def make_app(config: Config) -> web.Application:
     # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
     # the original bytes); a client that hangs up cancels its handler, which releases the
@@ -66,6 +87,7 @@ def make_app(config: Config) -> web.Application:
     )
     app[LIVE] = Live()
     app[METRICS] = Metrics()
+    logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
 
     async def live_ctx(app: web.Application) -> AsyncIterator[None]:
         await app[LIVE].start(config)

@@ -838,10 +838,12 @@ async def test_ambiguous_framing_is_refused_and_never_forwarded(
     recording_upstream: RecordingUpstream,
     start_proxy: Callable[..., Awaitable[str]],
     client: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
     request_bytes: bytes,
 ) -> None:
     # aiohttp's parser refuses these before any of the proxy's code runs, with its own
     # text/plain 400 (the request never reaches a handler that could shape it), and closes.
+    caplog.set_level(logging.DEBUG, logger="aiohttp.server")
     base = await start_proxy(recording_upstream.url)
     reader, writer = await connect(base)
     try:
@@ -854,6 +856,11 @@ async def test_ambiguous_framing_is_refused_and_never_forwarded(
     assert answer.startswith((b"HTTP/1.0 400 ", b"HTTP/1.1 400 "))
     assert recording_upstream.received == []
     await served_clean(client, base, recording_upstream)
+    # The client's fault is logged as such: one line, no traceback, not an error.
+    (logged,) = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert logged.levelno <= logging.INFO
+    assert logged.exc_info is None
+    assert logged.getMessage().startswith("Error handling request from")
 
 
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
