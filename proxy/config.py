@@ -127,6 +127,12 @@ class Upstream:
             raise ValueError(f"url: {self.url!r} is not an http(s) URL with a host")
         if parts.query or parts.fragment:
             raise ValueError(f"url: {self.url!r} may not carry a query or fragment")
+        if parts.username is not None or parts.password is not None:
+            # Not echoed: it holds a secret. The upstream hop would not send it either.
+            raise ValueError(
+                "url: may not carry credentials (user:password@); the proxy sends the "
+                "upstream a key from upstream.api_key_env"
+            )
 
 
 @dataclass(frozen=True)

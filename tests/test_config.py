@@ -203,6 +203,11 @@ MISTAKES = [
         id="url-query",
     ),
     pytest.param(
+        {"upstream": {"url": "https://user:s3cret@x.test/v1"}},
+        "upstream.url: may not carry credentials",
+        id="url-credentials",
+    ),
+    pytest.param(
         {"upstream": {"read_timeout_s": 0}}, "upstream.read_timeout_s: 0 is less", id="timeout-0"
     ),
     pytest.param({"audit": {"path": ""}}, "audit.path: '' should be non-empty", id="audit-path"),
@@ -244,6 +249,12 @@ def test_mistake_names_the_key(data: Any, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(data)
     assert str(caught.value).startswith(message)
+
+
+def test_upstream_credentials_are_refused_without_being_repeated() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"upstream": {"url": "https://user:s3cret@x.test/v1"}})
+    assert "s3cret" not in str(caught.value)
 
 
 @pytest.mark.parametrize(
