@@ -39,7 +39,7 @@ from proxy.http1 import Answer
 from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.stores import open_store
-from proxy.tap import ResponseTap
+from proxy.tap import ResponseTap, readable_accept_encoding
 from proxy.upstream import Tap, UpstreamError
 from proxy.websocket import is_websocket, relay_websocket
 
@@ -217,9 +217,13 @@ async def gate(
     if isinstance(decided, web.StreamResponse):
         return decided
     tap_for = None
+    headers = upstream_headers(request.headers, config, decided.drop)
     if route == "responses":
         tap_for = _tap_for(app[LEDGER], tenant or "-", config.limits.max_body_bytes)
-    headers = upstream_headers(request.headers, config, decided.drop)
+        if "Accept-Encoding" in headers:
+            headers["Accept-Encoding"] = readable_accept_encoding(
+                ", ".join(headers.popall("Accept-Encoding"))
+            )
     return await relay(
         request,
         current,
@@ -279,8 +283,15 @@ def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap 
     def tap(upstream: Answer) -> Tap | None:
         if upstream.status != 200:
             return None
-        content_type = upstream.headers.get("Content-Type", "")
-        return ResponseTap(ledger, tenant, content_type, upstream.content_length, limit)
+        headers = upstream.headers
+        return ResponseTap(
+            ledger,
+            tenant,
+            headers.get("Content-Type", ""),
+            upstream.content_length,
+            limit,
+            ", ".join(headers.getall("Content-Encoding", ())),
+        )
 
     return tap
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import zlib
 from typing import Any
 
+import brotli
 import orjson
 
+from proxy import body
 from proxy.ledger import Ledger
+
+log = logging.getLogger("replay_proxy")
 
 _TERMINAL = ("response.completed", "response.incomplete")
 
@@ -20,31 +26,53 @@ class ResponseTap:
     """
 
     def __init__(
-        self, ledger: Ledger, tenant: str, content_type: str, content_length: int | None, limit: int
+        self,
+        ledger: Ledger,
+        tenant: str,
+        content_type: str,
+        content_length: int | None,
+        limit: int,
+        content_encoding: str = "",
     ) -> None:
         self.ledger = ledger
         self.tenant = tenant
         self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
         self.expected = content_length
         self.limit = limit
+        # The answer is relayed as it came; the tap reads it decoded (a JSON body whole, at
+        # its end; a stream chunk by chunk), never past `limit` bytes.
+        self.codings = body.codings(content_encoding)
+        self.inflater = _Inflater.of(self.codings, limit) if self.sse and self.codings else None
+        self.received = 0
         self.pending = bytearray()
         self.done_items: list[Any] = []
-        self.recorded = False
+        self.recorded = self.sse and bool(self.codings) and self.inflater is None
+        if self.recorded:
+            log.warning("an answer in content-encoding %s goes by unrecorded", content_encoding)
 
     async def feed(self, chunk: bytes) -> None:
         if self.recorded:
             return
+        self.received += len(chunk)
         if not self.sse and not self.pending and len(chunk) == self.expected:
             self.recorded = True  # the whole body in one chunk, as small answers come
             await self._record_json(chunk)
             return
+        if self.inflater is not None:
+            try:
+                chunk = self.inflater.feed(chunk)
+            except ValueError as exc:
+                log.warning("an encoded answer goes by unrecorded: %s", exc)
+                self.recorded = True
+                self.pending.clear()
+                return
         self.pending += chunk
         if self.sse:
             await self._events()
         elif len(self.pending) > self.limit:
             self.recorded = True  # too large to keep a copy of; it goes by unrecorded
             self.pending.clear()
-        elif self.expected is not None and len(self.pending) >= self.expected:
+        elif self.expected is not None and self.received >= self.expected:
             await self.finish()
 
     async def finish(self) -> None:
@@ -58,6 +86,12 @@ class ResponseTap:
             self.pending.clear()
 
     async def _record_json(self, data: bytes | bytearray) -> None:
+        if self.codings:
+            try:
+                data = body.decode(bytes(data), self.codings, self.limit)
+            except body.BodyError as exc:
+                log.warning("an encoded answer goes by unrecorded: %s", exc)
+                return
         try:
             response = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -126,3 +160,58 @@ def _data_of(block: bytes) -> bytes:
         line[5:].removeprefix(b" ") for line in block.splitlines() if line.startswith(b"data:")
     ]
     return b"\n".join(lines)
+
+
+# The content codings the tap can read; an upstream is asked for no other on a recorded route.
+READABLE_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "br", "identity"})
+
+
+def readable_accept_encoding(accept_encoding: str) -> str:
+    """The client's Accept-Encoding without the codings the tap cannot read (`*` included),
+    so that every answer it must record comes in one it can; `identity` if none is left."""
+    kept = [
+        token.strip()
+        for token in accept_encoding.split(",")
+        if token.split(";")[0].strip().lower() in READABLE_CODINGS
+    ]
+    return ", ".join(kept) or "identity"
+
+
+class _Inflater:
+    """Decodes a stream in one content coding, chunk by chunk, to at most `limit` bytes."""
+
+    def __init__(self, coding: str, limit: int) -> None:
+        self.coding = coding
+        self.left = limit
+        self._zlib = (
+            zlib.decompressobj(zlib.MAX_WBITS | 16 if coding != "deflate" else zlib.MAX_WBITS)
+            if coding != "br"
+            else None
+        )
+        self._brotli = brotli.Decompressor() if coding == "br" else None
+
+    @classmethod
+    def of(cls, codings: list[str], limit: int) -> _Inflater | None:
+        """One for these codings, or None when the tap cannot read them as a stream."""
+        if len(codings) != 1 or codings[0] not in ("gzip", "x-gzip", "deflate", "br"):
+            return None
+        return cls(codings[0], limit)
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The decoded bytes of `chunk`; ValueError past the limit or on a corrupt stream."""
+        try:
+            if self._brotli is not None:
+                out = bytes(self._brotli.process(chunk, output_buffer_limit=self.left + 1))
+                if not self._brotli.can_accept_more_data():
+                    raise ValueError(f"the {self.coding} stream decodes past the limit")
+            else:
+                assert self._zlib is not None
+                out = self._zlib.decompress(chunk, self.left + 1)
+                if self._zlib.unconsumed_tail:
+                    raise ValueError(f"the {self.coding} stream decodes past the limit")
+        except (zlib.error, brotli.error) as exc:
+            raise ValueError(f"the {self.coding} stream is corrupt: {exc}") from None
+        self.left -= len(out)
+        if self.left < 0:
+            raise ValueError(f"the {self.coding} stream decodes past the limit")
+        return out

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from aiohttp.web import ContentCoding
 from openai import AsyncOpenAI
 from openai.types.responses import ResponseCompletedEvent
 
@@ -47,16 +51,20 @@ async def test_a_follow_up_with_only_the_output_passes(
     scripted_upstream: str, start_proxy: ProxyFactory, client_for: Clients, stream: bool
 ) -> None:
     client = client_for(await start_proxy(scripted_upstream))
-    response_id, call = await tool_turn(client, stream=stream)
+    answer = await two_turns(client, stream=stream)
+    assert answer.output_text == "tool said: apac: 42"
 
-    answer = await create(
+
+async def two_turns(client: AsyncOpenAI, *, stream: bool) -> Any:
+    """The tool turn, then a follow-up that sends only the call's output; the follow-up's
+    final response."""
+    response_id, call = await tool_turn(client, stream=stream)
+    return await create(
         client,
         stream=stream,
         input=[sales_output(call["call_id"], "apac: 42")],
         previous_response_id=response_id,
     )
-
-    assert answer.output_text == "tool said: apac: 42"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -224,3 +232,59 @@ async def test_redis_down_fails_closed_promptly_and_recovers(
         previous_response_id=response_id,
     )
     assert answer.output_text == "tool said: back"
+
+
+@dataclass
+class CompressingRelay:
+    """Relays to the scripted upstream and compresses every answer, as hosted APIs do for
+    clients that accept it; `encodings` are the Content-Encodings it answered with."""
+
+    upstream: str
+    coding: ContentCoding
+    url: str = ""
+    encodings: list[str] = field(default_factory=list)
+    accepted: list[str] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.accepted.append(request.headers.get("Accept-Encoding", ""))
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                self.upstream + request.path, data=await request.read(), headers=headers
+            ) as answer,
+        ):
+            response = web.StreamResponse(status=answer.status)
+            response.content_type = answer.content_type
+            response.enable_compression(self.coding)
+            await response.prepare(request)
+            self.encodings.append(response.headers.get("Content-Encoding", ""))
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+
+@pytest.mark.parametrize("coding", [ContentCoding.gzip, ContentCoding.deflate])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_compressed_answer_is_recorded_for_the_follow_up(
+    scripted_upstream: str,
+    start_proxy: ProxyFactory,
+    client_for: Clients,
+    stream: bool,
+    coding: ContentCoding,
+) -> None:
+    """The SDK accepts gzip, deflate and br, so a hosted upstream compresses its answers: the
+    proxy relays them as they are and still records the response the follow-up names."""
+    relay = CompressingRelay(scripted_upstream, coding)
+    server = TestServer(web.Application(), host="127.0.0.1")
+    server.app.router.add_post("/{tail:.*}", relay.handle)
+    await server.start_server()
+    try:
+        client = client_for(await start_proxy(str(server.make_url("")).rstrip("/")))
+        answer = await two_turns(client, stream=stream)
+    finally:
+        await server.close()
+    assert answer.output_text == "tool said: apac: 42"
+    assert relay.encodings == [coding.value, coding.value]
+    assert all("gzip" in accepted for accepted in relay.accepted)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from typing import Any
 
+import brotli
 import pytest
 
 from proxy.ledger import Ledger
 from proxy.stores import MemoryStore
-from proxy.tap import ResponseTap
+from proxy.tap import ResponseTap, readable_accept_encoding
 
 CALL = {
     "type": "function_call",
@@ -45,9 +48,13 @@ def stream(*, output_in_completed: bool, newline: str) -> bytes:
     )
 
 
-async def tapped(answer: bytes, chunk: int, content_type: str) -> MemoryStore:
+async def tapped(
+    answer: bytes, chunk: int, content_type: str, coding: str = "", length: int | None = None
+) -> MemoryStore:
+    """What the tap recorded of `answer` fed in chunks of `chunk` bytes."""
     store = MemoryStore(max_responses=10, ttl_s=60)
-    tap = ResponseTap(Ledger(store, max_chain=8, fail_open=False), "t", content_type, None, 1 << 20)
+    ledger = Ledger(store, max_chain=8, fail_open=False)
+    tap = ResponseTap(ledger, "t", content_type, length, 1 << 20, content_encoding=coding)
     for start in range(0, len(answer), chunk):
         await tap.feed(answer[start : start + chunk])
     await tap.finish()
@@ -81,3 +88,57 @@ async def test_a_stream_that_never_completes_records_nothing() -> None:
     cut = answer[: answer.index(b"event: response.completed")]
     store = await tapped(cut, 1 << 20, "text/event-stream")
     assert len(store) == 0
+
+
+def encoded(data: bytes, coding: str) -> bytes:
+    if coding == "gzip":
+        return gzip.compress(data)
+    if coding == "deflate":
+        return zlib.compress(data)
+    assert coding == "br"
+    return bytes(brotli.compress(data))
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br"])
+@pytest.mark.parametrize("chunk", [1, 50, 1 << 20], ids=lambda n: f"chunks-of-{n}")
+@pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
+async def test_a_compressed_answer_is_read_decoded(coding: str, chunk: int, sse: bool) -> None:
+    if sse:
+        plain, content_type = stream(output_in_completed=False, newline="\n"), "text/event-stream"
+    else:
+        plain = json.dumps({"id": "resp_1", "object": "response", "output": [CALL]}).encode()
+        content_type = "application/json"
+    body = encoded(plain, coding)
+    store = await tapped(body, chunk, content_type, coding, len(body))
+    (recording,) = await store.chain("t", "resp_1", 8)
+    assert recording.items == (CALL,)
+
+
+@pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
+async def test_an_answer_that_decodes_past_the_limit_is_not_recorded(sse: bool) -> None:
+    plain = json.dumps({"id": "resp_1", "object": "response", "output": [CALL]}).encode()
+    bomb = plain[:-1] + b', "pad": "' + b"0" * (2 << 20) + b'"}'
+    content_type = "text/event-stream" if sse else "application/json"
+    store = await tapped(gzip.compress(bomb), 4096, content_type, "gzip")
+    assert len(store) == 0
+
+
+async def test_an_answer_in_a_coding_the_tap_cannot_read_is_relayed_unrecorded() -> None:
+    answer = stream(output_in_completed=True, newline="\n")
+    store = await tapped(answer, 64, "text/event-stream", "zstd")
+    assert len(store) == 0
+
+
+@pytest.mark.parametrize(
+    ("accept", "asked"),
+    [
+        pytest.param("gzip, deflate, br", "gzip, deflate, br", id="all-readable"),
+        pytest.param("gzip, deflate, br, zstd", "gzip, deflate, br", id="zstd-dropped"),
+        pytest.param("zstd;q=1.0, gzip;q=0.5", "gzip;q=0.5", id="weights-kept"),
+        pytest.param("*", "identity", id="any"),
+        pytest.param("zstd", "identity", id="none-readable"),
+        pytest.param("GZIP, Identity", "GZIP, Identity", id="any-case"),
+    ],
+)
+def test_the_upstream_is_asked_only_for_codings_the_tap_reads(accept: str, asked: str) -> None:
+    assert readable_accept_encoding(accept) == asked
