@@ -59,75 +59,94 @@ def decode(raw: bytes, applied: list[str], limit: int) -> bytes:
     """Undo the content codings; a decoded size over `limit` is 413 (a bomb stops at the limit)."""
     data = raw
     for coding in reversed(applied):
+        try:
+            data = _decode_whole(data, coding, limit)
+        except BodyError as exc:
+            if coding != "deflate" or exc.status != 400:
+                raise
+            # `deflate` means zlib-wrapped; some clients send a raw deflate stream, which is
+            # unambiguous.
+            data = _decode_whole(data, coding, limit, raw_deflate=True)
+    return data
+
+
+def _decode_whole(data: bytes, coding: str, limit: int, *, raw_deflate: bool = False) -> bytes:
+    inflater = Inflater(coding, limit, raw_deflate=raw_deflate)
+    out = inflater.feed(data)
+    inflater.end()
+    return out
+
+
+class Inflater:
+    """Undoes one content coding (gzip, deflate, br) as the bytes arrive, never past `limit`
+    decoded bytes. Every fault is a BodyError: 415 for a coding it cannot undo, 413 past the
+    limit, 400 for a corrupt, truncated or overlong stream."""
+
+    def __init__(self, coding: str, limit: int, *, raw_deflate: bool = False) -> None:
+        self.coding = coding
+        self.limit = limit
+        self.size = 0
+        self._zlib: Any = None
+        self._brotli: Any = None
         if coding in ("gzip", "x-gzip"):
-            data = _inflate(data, zlib.MAX_WBITS | 16, limit, coding)
+            self._zlib = zlib.decompressobj(zlib.MAX_WBITS | 16)
         elif coding == "deflate":
-            data = _inflate_deflate(data, limit)
+            self._zlib = zlib.decompressobj(-zlib.MAX_WBITS if raw_deflate else zlib.MAX_WBITS)
         elif coding == "br":
-            data = _unbrotli(data, limit)
+            self._brotli = brotli.Decompressor()
         else:
             raise BodyError(
                 415, "unsupported_content_encoding", f"content-encoding {coding} is not supported"
             )
-    return data
 
+    def feed(self, data: bytes) -> bytes:
+        """The decoded bytes of the next part of the stream."""
+        out = bytearray()
+        try:
+            if self._brotli is not None:
+                self._unbrotli(data, out)
+            else:
+                self._inflate(data, out)
+        except zlib.error as exc:
+            raise self._fault(f"the {self.coding} body is corrupt: {exc}") from None
+        except brotli.error as exc:
+            raise self._fault(f"the {self.coding} body is corrupt: {exc}") from None
+        self.size += len(out)
+        return bytes(out)
 
-def _too_large(limit: int) -> BodyError:
-    return BodyError(413, "body_too_large", f"the decoded body exceeds the limit of {limit} bytes")
+    def end(self) -> None:
+        """The stream is over: 400 unless the coding's own end has been read."""
+        done = self._zlib.eof if self._zlib is not None else self._brotli.is_finished()
+        if not done:
+            raise self._fault(f"the {self.coding} body is truncated")
 
-
-def _inflate(data: bytes, wbits: int, limit: int, coding: str) -> bytes:
-    inflater = zlib.decompressobj(wbits)
-    out = bytearray()
-    pending = data
-    try:
-        while pending:
-            out += inflater.decompress(pending, limit + 1 - len(out))
-            if len(out) > limit:
-                raise _too_large(limit)
+    def _inflate(self, data: bytes, out: bytearray) -> None:
+        inflater = self._zlib
+        pending = data
+        while pending and not inflater.eof:
+            out += inflater.decompress(pending, self.limit + 1 - self.size - len(out))
+            self._check(out)
             pending = inflater.unconsumed_tail
-            if inflater.eof:
-                break
-        if not inflater.eof:
-            raise BodyError(400, "invalid_content_encoding", f"the {coding} body is truncated")
-        if inflater.unused_data:
-            raise BodyError(
-                400, "invalid_content_encoding", f"data after the end of the {coding} body"
-            )
-    except zlib.error as exc:
-        raise BodyError(
-            400, "invalid_content_encoding", f"the {coding} body is corrupt: {exc}"
-        ) from None
-    return bytes(out)
+        if inflater.eof and (inflater.unused_data or pending):
+            raise self._fault(f"data after the end of the {self.coding} body")
 
-
-def _inflate_deflate(data: bytes, limit: int) -> bytes:
-    # `deflate` means zlib-wrapped; some clients send a raw deflate stream, which is unambiguous.
-    try:
-        return _inflate(data, zlib.MAX_WBITS, limit, "deflate")
-    except BodyError as exc:
-        if exc.status == 413:
-            raise
-        return _inflate(data, -zlib.MAX_WBITS, limit, "deflate")
-
-
-def _unbrotli(data: bytes, limit: int) -> bytes:
-    decompressor = brotli.Decompressor()
-    out = bytearray()
-    try:
+    def _unbrotli(self, data: bytes, out: bytearray) -> None:
+        decompressor = self._brotli
         for start in range(0, len(data), _CHUNK):
             out += decompressor.process(data[start : start + _CHUNK], output_buffer_limit=_CHUNK)
             while not decompressor.can_accept_more_data():
                 out += decompressor.process(b"", output_buffer_limit=_CHUNK)
-                if len(out) > limit:
-                    raise _too_large(limit)
-            if len(out) > limit:
-                raise _too_large(limit)
-        if not decompressor.is_finished():
-            raise BodyError(400, "invalid_content_encoding", "the br body is truncated")
-    except brotli.error as exc:
-        raise BodyError(400, "invalid_content_encoding", f"the br body is corrupt: {exc}") from None
-    return bytes(out)
+                self._check(out)
+            self._check(out)
+
+    def _check(self, out: bytearray) -> None:
+        if self.size + len(out) > self.limit:
+            raise BodyError(
+                413, "body_too_large", f"the decoded body exceeds the limit of {self.limit} bytes"
+            )
+
+    def _fault(self, message: str) -> BodyError:
+        return BodyError(400, "invalid_content_encoding", message)
 
 
 def loads(decoded: bytes) -> Any:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
-import zlib
 from typing import Any
 
-import brotli
 import orjson
 
 from proxy import body
@@ -42,13 +40,17 @@ class ResponseTap:
         # The answer is relayed as it came; the tap reads it decoded (a JSON body whole, at
         # its end; a stream chunk by chunk), never past `limit` bytes.
         self.codings = body.codings(content_encoding)
-        self.inflater = _Inflater.of(self.codings, limit) if self.sse and self.codings else None
         self.received = 0
         self.pending = bytearray()
         self.done_items: list[Any] = []
-        self.recorded = self.sse and bool(self.codings) and self.inflater is None
-        if self.recorded:
-            log.warning("an answer in content-encoding %s goes by unrecorded", content_encoding)
+        self.recorded = False
+        # A stream is decoded as it goes by, undoing its codings last applied first.
+        self.inflaters: list[body.Inflater] = []
+        if self.sse:
+            try:
+                self.inflaters = [body.Inflater(c, limit) for c in reversed(self.codings)]
+            except body.BodyError as exc:
+                self._unrecorded(exc)
 
     async def feed(self, chunk: bytes) -> None:
         if self.recorded:
@@ -58,14 +60,12 @@ class ResponseTap:
             self.recorded = True  # the whole body in one chunk, as small answers come
             await self._record_json(chunk)
             return
-        if self.inflater is not None:
-            try:
-                chunk = self.inflater.feed(chunk)
-            except ValueError as exc:
-                log.warning("an encoded answer goes by unrecorded: %s", exc)
-                self.recorded = True
-                self.pending.clear()
-                return
+        try:
+            for inflater in self.inflaters:
+                chunk = inflater.feed(chunk)
+        except body.BodyError as exc:
+            self._unrecorded(exc)
+            return
         self.pending += chunk
         if self.sse:
             await self._events()
@@ -90,7 +90,7 @@ class ResponseTap:
             try:
                 data = body.decode(bytes(data), self.codings, self.limit)
             except body.BodyError as exc:
-                log.warning("an encoded answer goes by unrecorded: %s", exc)
+                self._unrecorded(exc)
                 return
         try:
             response = orjson.loads(data)
@@ -98,6 +98,12 @@ class ResponseTap:
             return
         if isinstance(response, dict) and response.get("object") == "response":
             await self.ledger.record(self.tenant, response)
+
+    def _unrecorded(self, fault: body.BodyError) -> None:
+        """The tap cannot read this answer in its coding: it goes by, relayed, unrecorded."""
+        log.warning("an encoded answer goes by unrecorded: %s", fault)
+        self.recorded = True
+        self.pending.clear()
 
     async def _events(self) -> None:
         pending = self.pending
@@ -175,43 +181,3 @@ def readable_accept_encoding(accept_encoding: str) -> str:
         if token.split(";")[0].strip().lower() in READABLE_CODINGS
     ]
     return ", ".join(kept) or "identity"
-
-
-class _Inflater:
-    """Decodes a stream in one content coding, chunk by chunk, to at most `limit` bytes."""
-
-    def __init__(self, coding: str, limit: int) -> None:
-        self.coding = coding
-        self.left = limit
-        self._zlib = (
-            zlib.decompressobj(zlib.MAX_WBITS | 16 if coding != "deflate" else zlib.MAX_WBITS)
-            if coding != "br"
-            else None
-        )
-        self._brotli = brotli.Decompressor() if coding == "br" else None
-
-    @classmethod
-    def of(cls, codings: list[str], limit: int) -> _Inflater | None:
-        """One for these codings, or None when the tap cannot read them as a stream."""
-        if len(codings) != 1 or codings[0] not in ("gzip", "x-gzip", "deflate", "br"):
-            return None
-        return cls(codings[0], limit)
-
-    def feed(self, chunk: bytes) -> bytes:
-        """The decoded bytes of `chunk`; ValueError past the limit or on a corrupt stream."""
-        try:
-            if self._brotli is not None:
-                out = bytes(self._brotli.process(chunk, output_buffer_limit=self.left + 1))
-                if not self._brotli.can_accept_more_data():
-                    raise ValueError(f"the {self.coding} stream decodes past the limit")
-            else:
-                assert self._zlib is not None
-                out = self._zlib.decompress(chunk, self.left + 1)
-                if self._zlib.unconsumed_tail:
-                    raise ValueError(f"the {self.coding} stream decodes past the limit")
-        except (zlib.error, brotli.error) as exc:
-            raise ValueError(f"the {self.coding} stream is corrupt: {exc}") from None
-        self.left -= len(out)
-        if self.left < 0:
-            raise ValueError(f"the {self.coding} stream decodes past the limit")
-        return out
