@@ -20,6 +20,7 @@ from openai import AsyncOpenAI
 
 from proxy.app import make_app
 from proxy.config import Config, parse_config
+from proxy.workers import free_port
 from tests.servers.scripted_agent import serve_in_thread
 
 SALES_SCHEMA: dict[str, Any] = {
@@ -210,7 +211,7 @@ class RedisServer:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = _free_port()
+        self.port = free_port("127.0.0.1")
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -253,12 +254,6 @@ class RedisServer:
             self.process.terminate()
             self.process.wait(timeout=30)
         self.process = None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

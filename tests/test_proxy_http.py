@@ -6,7 +6,6 @@ import asyncio
 import gzip
 import hashlib
 import json
-import socket
 import zlib
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -23,6 +22,7 @@ from yarl import URL
 
 from proxy.app import make_app
 from proxy.config import parse_config
+from proxy.workers import free_port
 from tests.conftest import (
     AUDIT_FIELDS,
     SALES_TOOL,
@@ -993,13 +993,6 @@ async def test_json_content_type_with_charset_is_accepted(
 # 8. Upstream failures and a client that hangs up
 
 
-def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.mark.parametrize(
     ("method", "target", "body"),
     [
@@ -1014,7 +1007,7 @@ async def test_unreachable_upstream_is_502(
     target: str,
     body: dict[str, Any] | None,
 ) -> None:
-    base = await start_proxy(f"http://127.0.0.1:{unused_port()}")
+    base = await start_proxy(f"http://127.0.0.1:{free_port('127.0.0.1')}")
 
     async with client.request(method, at(base, target), json=body) as resp:
         assert resp.status == 502
