@@ -48,9 +48,10 @@ log = logging.getLogger("replay_proxy")
 # Methods that never carry a request to create a response; on a gated path they pass through
 # only when they have no body.
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
-_PASSTHROUGH_DROP = frozenset({"host"})
-_FORWARD_DROP = frozenset({"host", "content-length"})
-_STRIPPED_DROP = frozenset({"host", "content-length", "content-encoding"})
+# Headers of the client's not to relay, beyond those the upstream hop sets itself: a stripped
+# body is re-encoded, so its original Content-Encoding no longer applies.
+_KEEP_ALL: frozenset[str] = frozenset()
+_STRIPPED_DROP = frozenset({"content-encoding"})
 
 
 class _ClientFaults(logging.Filter):
@@ -158,7 +159,7 @@ async def _proxy(request: web.Request, current: Current) -> web.StreamResponse:
     if gated is not None and (request.method not in _BODYLESS or request.body_exists):
         return await gate(request, current, tenant, gated, query)
     data = request.content.iter_any() if request.body_exists else None
-    headers = upstream_headers(request.headers, current.config, _PASSTHROUGH_DROP)
+    headers = upstream_headers(request.headers, current.config, _KEEP_ALL)
     return await relay(request, current, "passthrough", raw_path + query, data, headers)
 
 
@@ -276,7 +277,7 @@ async def _decide(
         assert verdict.input is not None
         stripped = body.stripped(parsed, verdict.input)
         return _Forward(stripped, _STRIPPED_DROP, extra, "strip")
-    return _Forward(raw, _FORWARD_DROP, extra, "forward")
+    return _Forward(raw, _KEEP_ALL, extra, "forward")
 
 
 def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap | None]:

@@ -30,8 +30,8 @@ HOP_BY_HOP = frozenset(
         "proxy-authorization",
     }
 )
-# Set by the proxy for the upstream hop itself.
-_REQUEST_OWN = frozenset({"host", "content-length"})
+# Set by the hop itself (its Host, its body's framing), or answered by this server (Expect).
+_REQUEST_OWN = ("Host", "Content-Length", "Expect")
 
 
 class Tap(Protocol):
@@ -147,9 +147,8 @@ class Upstream:
         failure cuts the client's connection so that it cannot mistake a partial answer for
         a whole one.
         """
-        # The body's framing is the hop's own; an `Expect` was answered by this server.
-        headers.popall("Content-Length", None)
-        headers.popall("Expect", None)
+        for name in _REQUEST_OWN:
+            headers.popall(name, None)
         length = None if isinstance(data, bytes) else request.content_length
         try:
             upstream = await self.pool.request(
