@@ -70,9 +70,12 @@ def available() -> bool:
 
 def install_command() -> str:
     """The shell command, run from the repository root, that creates the virtualenv and
-    installs the pinned LiteLLM into it."""
+    installs the pinned LiteLLM into it, with the versions of requirements/litellm.txt."""
     venv = "bench/.venv-litellm"
-    return f"python3.11 -m venv {venv} && {venv}/bin/pip install 'litellm[proxy]=={VERSION}'"
+    return (
+        f"python3.11 -m venv {venv} && {venv}/bin/pip install "
+        f"-c requirements/litellm.txt 'litellm[proxy]=={VERSION}'"
+    )
 
 
 def config(upstream_url: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -159,6 +160,12 @@ class Ledger:
     max_chain: int = 64
     timeout_s: float = 1.0
     fail_open: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend == "redis" and importlib.util.find_spec("redis") is None:
+            raise ValueError(
+                "backend: redis needs the redis client: pip install 'replay-proxy[redis]'"
+            )
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -314,3 +316,22 @@ def test_with_overrides(overrides: dict[str, Any], expected: Config) -> None:
 def test_bad_upstream_override_names_the_flag() -> None:
     with pytest.raises(ConfigError, match=r"^--upstream: url: 'ftp://x' is not an http\(s\) URL"):
         Config().with_overrides(upstream="ftp://x")
+
+
+def test_redis_backend_without_the_client_names_the_fix(tmp_path: Path) -> None:
+    """With `backend: redis` and no redis-py, the CLI refuses the config in one line, exit 2,
+    before any worker starts (a fresh `pip install -e .` has no redis-py)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("upstream: {url: http://127.0.0.1:9}\nledger: {backend: redis}\n")
+    hide_redis = (
+        "import sys; sys.modules['redis'] = None; from proxy.cli import main; "
+        f"sys.exit(main(['serve', '--config', {str(config)!r}]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide_redis], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"replay-proxy: {config}: ledger.backend: redis needs the redis client: "
+        "pip install 'replay-proxy[redis]'\n"
+    )
