@@ -48,10 +48,11 @@ log = logging.getLogger("replay_proxy")
 # Methods that never carry a request to create a response; on a gated path they pass through
 # only when they have no body.
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
-# Headers of the client's not to relay, beyond those the upstream hop sets itself: a stripped
-# body is re-encoded, so its original Content-Encoding no longer applies.
+# Headers of the client's not to relay, beyond those the upstream hop sets itself: a gated
+# body goes upstream decoded (exactly the bytes the gate judged), so its Content-Encoding no
+# longer applies.
 _KEEP_ALL: frozenset[str] = frozenset()
-_STRIPPED_DROP = frozenset({"content-encoding"})
+_DECODED_DROP = frozenset({"content-encoding"})
 
 
 class _ClientFaults(logging.Filter):
@@ -76,7 +77,7 @@ _CLIENT_FAULTS = _ClientFaults()
 
 def make_app(config: Config) -> web.Application:
     # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
-    # the original bytes); a client that hangs up cancels its handler, which releases the
+    # the decoded bytes it judged); a client that hangs up cancels its handler, which releases the
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
@@ -276,8 +277,10 @@ async def _decide(
     if verdict.outcome == "strip":
         assert verdict.input is not None
         stripped = body.stripped(parsed, verdict.input)
-        return _Forward(stripped, _STRIPPED_DROP, extra, "strip")
-    return _Forward(raw, _KEEP_ALL, extra, "forward")
+        return _Forward(stripped, _DECODED_DROP, extra, "strip")
+    # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
+    # parse the coded bytes, which need not be the document the gate judged.
+    return _Forward(decoded, _DECODED_DROP, extra, "forward")
 
 
 def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap | None]:
