@@ -40,7 +40,7 @@ from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.stores import open_store
 from proxy.tap import ResponseTap, readable_accept_encoding
-from proxy.upstream import Tap, UpstreamError
+from proxy.upstream import Tap, UpstreamError, body_headers_named
 from proxy.websocket import is_websocket, relay_websocket
 
 log = logging.getLogger("replay_proxy")
@@ -139,6 +139,16 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def proxy(request: web.Request) -> web.StreamResponse:
+    named = body_headers_named(request.headers)
+    if named:
+        # Dropped as hop-by-hop, such a header would leave the upstream reading the body
+        # differently from the proxy.
+        request.app[METRICS].requests.labels("any", "invalid").inc()
+        return error_response(
+            400,
+            "invalid_connection_header",
+            f"Connection names {named[0]}, which gives the body its meaning and is never dropped",
+        )
     current = request.app[LIVE].current
     current.upstream.acquire()
     try:

@@ -32,6 +32,12 @@ HOP_BY_HOP = frozenset(
 )
 # Set by the hop itself (its Host, its body's framing), or answered by this server (Expect).
 _REQUEST_OWN = ("Host", "Content-Length", "Expect")
+# What gives a body its meaning: a `Connection` header may not remove them (RFC 9110 §7.6.1
+# lets it name any header). A request that tries is refused; in an answer the names are
+# ignored, so that the client decodes the body the way the tap read it.
+BODY_HEADERS = frozenset(
+    {"content-type", "content-encoding", "content-length", "transfer-encoding"}
+)
 
 
 class Tap(Protocol):
@@ -51,15 +57,27 @@ class UpstreamError(Exception):
     message: str
 
 
-def relayed_headers(
-    headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = frozenset()
-) -> CIMultiDict[str]:
-    """The headers minus hop-by-hop ones, those the `Connection` header names, and `drop`."""
-    named = {
+def connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
+    """The header names a `Connection` header lists, lower-cased, in order."""
+    return [
         token.strip().lower()
         for value in headers.getall("Connection", ())
         for token in value.split(",")
-    }
+        if token.strip()
+    ]
+
+
+def body_headers_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
+    """The headers of BODY_HEADERS that `Connection` names (a request naming any is refused)."""
+    return [token for token in connection_tokens(headers) if token in BODY_HEADERS]
+
+
+def relayed_headers(
+    headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = frozenset()
+) -> CIMultiDict[str]:
+    """The headers minus hop-by-hop ones, those the `Connection` header names (never one of
+    BODY_HEADERS), and `drop`."""
+    named = set(connection_tokens(headers)) - BODY_HEADERS
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         lower = name.lower()

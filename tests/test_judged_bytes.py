@@ -1,10 +1,12 @@
-"""The upstream reads what the gate judged: decoded bodies."""
+"""The upstream reads what the gate judged: decoded bodies, headers that keep their meaning."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import json
+import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -13,12 +15,14 @@ from typing import Any
 import aiohttp
 import brotli
 import pytest
+from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
 from tests.conftest import (
     SALES_TOOL,
     ProxyFactory,
+    Received,
     RecordingUpstream,
     audit_records,
     sales_call,
@@ -97,3 +101,111 @@ async def test_a_coded_body_goes_upstream_decoded(
     if action == "log":
         [record] = audit_records(tmp_path)
         assert record["body_sha256"] == hashlib.sha256(sent).hexdigest()
+
+
+async def exchange(base: str, head: str, body: bytes) -> tuple[int, dict[str, Any] | None]:
+    """Send an exact request head and body on a connection of their own: the answer's status
+    and its JSON body (None if it is not JSON)."""
+    url = URL(base)
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    try:
+        writer.write(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG_GUARD_S)
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", answer)
+        assert length is not None, answer
+        payload = await asyncio.wait_for(reader.readexactly(int(length[1])), HANG_GUARD_S)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    try:
+        parsed = json.loads(payload)
+    except ValueError:
+        parsed = None
+    return int(answer.split(b" ", 2)[1]), parsed
+
+
+TARGETS = [
+    pytest.param("POST", "/v1/responses", CLEAN, id="gated"),
+    pytest.param("POST", "/v1/other", b"plain text", id="pass-through"),
+    pytest.param("PUT", "/v1/files/f_1", b"\x00\x01", id="pass-through-put"),
+]
+CONNECTIONS = [
+    pytest.param(["content-type"], 400, id="content-type"),
+    pytest.param(["Content-Encoding"], 400, id="content-encoding"),
+    pytest.param(["keep-alive, CONTENT-LENGTH"], 400, id="content-length-second"),
+    pytest.param(["close ,transfer-encoding , x-hop"], 400, id="transfer-encoding-amid"),
+    pytest.param(["keep-alive", "Content-Type"], 400, id="second-header-line"),
+    pytest.param(["keep-alive, x-hop"], 200, id="other-names-pass"),
+    pytest.param(["keep-alive, content-typed, x-hop"], 200, id="a-longer-name-passes"),
+]
+
+
+@pytest.mark.parametrize(("method", "target", "data"), TARGETS)
+@pytest.mark.parametrize(("connection", "status"), CONNECTIONS)
+async def test_connection_may_not_drop_a_header_that_gives_the_body_its_meaning(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    method: str,
+    target: str,
+    data: bytes,
+    connection: list[str],
+    status: int,
+) -> None:
+    base = await start_proxy(recording_upstream.url)
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"Host: {URL(base).raw_authority}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(data)}",
+        "x-hop: named in Connection",
+        *(f"Connection: {value}" for value in connection),
+    ]
+
+    got_status, answer = await exchange(base, "\n".join(lines) + "\n", data)
+
+    assert got_status == status
+    if status == 400:
+        assert answer is not None
+        error = answer["error"]
+        assert (error["type"], error["code"]) == (
+            "invalid_request_error",
+            "invalid_connection_header",
+        )
+        assert error["message"]
+        assert recording_upstream.received == []
+    else:
+        [got] = recording_upstream.received
+        assert (got.method, got.target, got.body) == (method, target, data)
+        assert "x-hop" not in got.headers
+
+
+async def test_an_answers_connection_header_does_not_drop_its_content_encoding(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory
+) -> None:
+    """The tap reads the answer decoded by its Content-Encoding; the client must be able to."""
+    coded = gzip.compress(b'{"object":"response","id":"resp_1","output":[]}')
+
+    async def gzipped(request: web.Request, received: Received) -> web.StreamResponse:
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+            "Connection": "content-encoding, content-type, x-upstream-hop",
+            "x-upstream-hop": "1",
+        }
+        return web.Response(body=coded, headers=headers)
+
+    recording_upstream.handler = gzipped
+    base = await start_proxy(recording_upstream.url)
+
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as client,
+        client.post(
+            base + "/v1/responses", data=CLEAN, headers={"Content-Type": "application/json"}
+        ) as resp,
+    ):
+        assert resp.status == 200
+        assert resp.headers["Content-Encoding"] == "gzip"
+        assert resp.headers["Content-Type"] == "application/json"
+        assert "x-upstream-hop" not in resp.headers
+        assert await resp.read() == coded
