@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
 from proxy import body, routes
@@ -24,17 +25,20 @@ from proxy.boundary import (
     LEDGER,
     LIVE,
     METRICS,
+    REQUEST_ID,
     Current,
     Live,
     Unauthorized,
+    blocked,
     error_response,
     judge,
+    new_request_id,
     tenant_of,
     unauthorized,
+    upstream_failed,
     upstream_headers,
 )
 from proxy.config import Config
-from proxy.gate import rejection
 from proxy.http1 import Answer
 from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
@@ -75,6 +79,23 @@ class _ClientFaults(logging.Filter):
 _CLIENT_FAULTS = _ClientFaults()
 
 
+@web.middleware
+async def _identify(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give the request its id before anything is done with it."""
+    request[REQUEST_ID] = new_request_id()
+    return await handler(request)
+
+
+async def _name_the_request(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer, relayed or the proxy's own, carries the proxy's request id as
+    `x-request-id`; an upstream's own id moves to `x-upstream-request-id` (the proxy's
+    answers never set `x-request-id` themselves, so one present here is the upstream's)."""
+    headers = response.headers
+    for theirs in headers.popall("x-request-id", ()):
+        headers.add("x-upstream-request-id", theirs)
+    headers["x-request-id"] = request.get(REQUEST_ID) or new_request_id()
+
+
 def make_app(config: Config) -> web.Application:
     # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
     # the decoded bytes it judged); a client that hangs up cancels its handler, which releases the
@@ -86,7 +107,9 @@ def make_app(config: Config) -> web.Application:
             "handler_cancellation": True,
             "keepalive_timeout": config.listen.header_timeout_s,
         },
+        middlewares=[_identify],
     )
+    app.on_response_prepare.append(_name_the_request)
     app[LIVE] = Live()
     app[METRICS] = Metrics()
     logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
@@ -192,15 +215,15 @@ async def relay(
         response = await current.upstream.relay(
             request,
             target,
+            request_id=request[REQUEST_ID],
             data=data,
             headers=headers,
             extra_headers=extra_headers,
             tap_for=tap_for,
         )
     except UpstreamError as exc:
-        log.warning("%s %s: %s", request.method, target, exc.message)
         app[METRICS].requests.labels(route, "upstream_error").inc()
-        return error_response(exc.status, exc.code, exc.message)
+        return upstream_failed(request[REQUEST_ID], f"{request.method} {target}", exc)
     finally:
         streams.dec()
     app[METRICS].requests.labels(route, outcome).inc()
@@ -272,13 +295,16 @@ async def _decide(
         )
         response.force_close()
         return response
-    verdict = await judge(app, config, parsed, raw, path=path, tenant=tenant, transport="http")
+    request_id = request[REQUEST_ID]
+    verdict = await judge(
+        app, config, parsed, raw, request_id=request_id, path=path, tenant=tenant, transport="http"
+    )
     app[METRICS].gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
         app[METRICS].requests.labels(route, "block").inc()
         return web.Response(
             status=400,
-            body=orjson.dumps(rejection(verdict)),
+            body=orjson.dumps(blocked(verdict, request_id)),
             content_type="application/json",
             headers={"x-should-retry": "false"},
         )
