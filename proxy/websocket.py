@@ -152,14 +152,17 @@ async def _gate_frame(
     tenant: str | None,
     connection_id: str,
 ) -> tuple[str | None, str | None]:
-    """(an error event to answer with, the frame to forward): one of them is None."""
+    """(an error event to answer with, the frame to forward): one of them is None.
+
+    Every frame is judged, whatever its `type`: the spec gives `type` the default
+    `response.create`, so a frame without one (or with another) may be read upstream as a
+    request, and a frame with nothing to gate passes unchanged.
+    """
     raw = text.encode("utf-8", "surrogatepass")
     try:
         frame = body.parse(raw)
     except body.BodyError as exc:
         return _error_event(exc.status, body.error_body(exc.code, exc.message)), None
-    if frame.get("type") != "response.create":
-        return None, text
     started = time.perf_counter()
     request_id = new_request_id()
     verdict = await judge(

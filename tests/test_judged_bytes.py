@@ -1,4 +1,5 @@
-"""The upstream reads what the gate judged: decoded bodies, headers that keep their meaning."""
+"""The upstream reads what the gate judged: decoded bodies, headers that keep their meaning,
+and every WebSocket frame judged whatever its `type`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import hashlib
 import json
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,46 @@ async def test_an_answers_connection_header_does_not_drop_its_content_encoding(
         assert resp.headers["Content-Type"] == "application/json"
         assert "x-upstream-hop" not in resp.headers
         assert await resp.read() == coded
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+FAILING_INPUT = [sales_call("call_1", "mars"), sales_output("call_1")]
+FRAMES = [
+    pytest.param({"input": FAILING_INPUT}, True, id="no-type"),
+    pytest.param({"type": "Response.Create", "input": FAILING_INPUT}, True, id="other-case"),
+    pytest.param({"type": "response.append", "input": FAILING_INPUT}, True, id="other-type"),
+    pytest.param({"type": None, "input": FAILING_INPUT}, True, id="null-type"),
+    pytest.param({"type": "response.create", "input": FAILING_INPUT}, True, id="response-create"),
+    pytest.param({"type": "session.update", "session": {}}, False, id="nothing-to-gate"),
+    pytest.param({"input": "hello"}, False, id="no-type-clean"),
+]
+
+
+@pytest.mark.parametrize(("frame", "refused"), FRAMES)
+async def test_every_websocket_frame_is_judged_whatever_its_type(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    session: aiohttp.ClientSession,
+    frame: dict[str, Any],
+    refused: bool,
+) -> None:
+    """The spec gives a client event's `type` the default `response.create`: an upstream may
+    read a frame without one, or with another, as a request."""
+    base = await start_proxy(recording_upstream.url)
+    text = json.dumps({"model": "m", "tools": [SALES_TOOL], **frame})
+    async with session.ws_connect(base + "/v1/responses") as ws:
+        await ws.send_str(text)
+        event = json.loads(await ws.receive_str(timeout=HANG_GUARD_S))
+
+    if refused:
+        assert (event["type"], event["status"]) == ("error", 400)
+        assert event["error"]["code"] == "replay_rejected"
+        assert recording_upstream.frames == []
+    else:
+        assert event["type"] == "response.completed"
+        assert recording_upstream.frames == [text]
