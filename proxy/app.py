@@ -254,7 +254,9 @@ async def gate(
     tap_for = None
     headers = upstream_headers(request.headers, config, decided.drop)
     if route == "responses":
-        tap_for = _tap_for(app[LEDGER], tenant or "-", config.limits.max_body_bytes)
+        tap_for = _tap_for(
+            app[LEDGER], tenant or "-", config.limits.max_body_bytes, request[REQUEST_ID]
+        )
         if "Accept-Encoding" in headers:
             headers["Accept-Encoding"] = readable_accept_encoding(
                 ", ".join(headers.popall("Accept-Encoding"))
@@ -319,7 +321,9 @@ async def _decide(
     return _Forward(decoded, _DECODED_DROP, extra, "forward")
 
 
-def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap | None]:
+def _tap_for(
+    ledger: Ledger, tenant: str, limit: int, request_id: str
+) -> Callable[[Answer], Tap | None]:
     def tap(upstream: Answer) -> Tap | None:
         if upstream.status != 200:
             return None
@@ -331,6 +335,7 @@ def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap 
             upstream.content_length,
             limit,
             ", ".join(headers.getall("Content-Encoding", ())),
+            request_id,
         )
 
     return tap

@@ -80,7 +80,7 @@ async def relay_websocket(
     app[METRICS].open_streams.inc()
     try:
         await client.prepare(request)
-        tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit)
+        tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
         tasks = [
             asyncio.create_task(_client_frames(app, client, upstream, path, tenant, connection_id)),
             asyncio.create_task(_upstream_frames(upstream, client, tap)),

@@ -361,3 +361,28 @@ async def test_the_proxys_own_5xx_say_who_failed_and_log_the_rest(
     assert code in logged.getMessage()
     if upstream == "unreachable":
         assert port in logged.getMessage()  # the detail is the operator's, in the log
+
+
+async def test_the_taps_log_line_names_the_request(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def unreadable(request: web.Request, received: Received) -> web.StreamResponse:
+        # A coding the tap cannot undo: the answer goes by unrecorded, and the log says so.
+        headers = {"Content-Type": "application/json", "Content-Encoding": "zstd"}
+        return web.Response(body=b"\x28\xb5\x2f\xfd not really zstd", headers=headers)
+
+    recording_upstream.handler = unreadable
+    base = await start_proxy(recording_upstream.url)
+    with caplog.at_level(logging.WARNING, logger="replay_proxy"):
+        async with (
+            aiohttp.ClientSession(auto_decompress=False) as client,
+            client.post(base + "/v1/responses", json=CLEAN) as resp,
+        ):
+            assert resp.status == 200
+            request_id = resp.headers["x-request-id"]
+            await resp.read()
+
+    [logged] = [r for r in caplog.records if "unrecorded" in r.getMessage()]
+    assert logged.getMessage().startswith(request_id + " ")
