@@ -19,6 +19,7 @@ import aiohttp
 import openai
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from proxy.workers import free_port
@@ -386,3 +387,51 @@ async def test_the_taps_log_line_names_the_request(
 
     [logged] = [r for r in caplog.records if "unrecorded" in r.getMessage()]
     assert logged.getMessage().startswith(request_id + " ")
+
+
+@pytest.mark.parametrize(
+    ("upstream_status", "status", "type_", "code"),
+    [
+        pytest.param(200, 502, "server_error", "upstream_bad_response", id="no-upgrade-200"),
+        pytest.param(403, 403, "invalid_request_error", "upstream_refused", id="refused-403"),
+        pytest.param(503, 503, "server_error", "upstream_refused", id="refused-503"),
+    ],
+)
+async def test_a_websocket_upgrade_the_upstream_does_not_take(
+    start_proxy: ProxyFactory,
+    upstream_status: int,
+    status: int,
+    type_: str,
+    code: str,
+) -> None:
+    """An upstream that answers an upgrade with a refusal has it relayed in the API's error
+    shape; one that answers anything else (a 200) answered garbage: 502, never that 200."""
+
+    async def no_upgrade(request: web.Request) -> web.Response:
+        return web.json_response({"detail": "no websockets here"}, status=upstream_status)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", no_upgrade)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        base = await start_proxy(str(server.make_url("")).rstrip("/"))
+        async with (
+            aiohttp.ClientSession() as client,
+            client.get(
+                base + "/v1/responses",
+                headers={
+                    "Upgrade": "websocket",
+                    "Connection": "Upgrade",
+                    "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(),
+                    "Sec-WebSocket-Version": "13",
+                },
+            ) as resp,
+        ):
+            assert resp.status == status
+            assert ID.fullmatch(resp.headers["x-request-id"])
+            error = (await resp.json())["error"]
+    finally:
+        await server.close()
+    assert (error["type"], error["code"]) == (type_, code)
+    assert str(server.port) not in error["message"]
