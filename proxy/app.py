@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
 from proxy import body, routes
@@ -24,23 +25,26 @@ from proxy.boundary import (
     LEDGER,
     LIVE,
     METRICS,
+    REQUEST_ID,
     Current,
     Live,
     Unauthorized,
+    blocked,
     error_response,
     judge,
+    new_request_id,
     tenant_of,
     unauthorized,
+    upstream_failed,
     upstream_headers,
 )
 from proxy.config import Config
-from proxy.gate import rejection
 from proxy.http1 import Answer
 from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.stores import open_store
 from proxy.tap import ResponseTap, readable_accept_encoding
-from proxy.upstream import Tap, UpstreamError
+from proxy.upstream import Tap, UpstreamError, body_headers_named
 from proxy.websocket import is_websocket, relay_websocket
 
 log = logging.getLogger("replay_proxy")
@@ -48,10 +52,11 @@ log = logging.getLogger("replay_proxy")
 # Methods that never carry a request to create a response; on a gated path they pass through
 # only when they have no body.
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
-# Headers of the client's not to relay, beyond those the upstream hop sets itself: a stripped
-# body is re-encoded, so its original Content-Encoding no longer applies.
+# Headers of the client's not to relay, beyond those the upstream hop sets itself: a gated
+# body goes upstream decoded (exactly the bytes the gate judged), so its Content-Encoding no
+# longer applies.
 _KEEP_ALL: frozenset[str] = frozenset()
-_STRIPPED_DROP = frozenset({"content-encoding"})
+_DECODED_DROP = frozenset({"content-encoding"})
 
 
 class _ClientFaults(logging.Filter):
@@ -74,9 +79,26 @@ class _ClientFaults(logging.Filter):
 _CLIENT_FAULTS = _ClientFaults()
 
 
+@web.middleware
+async def _identify(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give the request its id before anything is done with it."""
+    request[REQUEST_ID] = new_request_id()
+    return await handler(request)
+
+
+async def _name_the_request(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer, relayed or the proxy's own, carries the proxy's request id as
+    `x-request-id`; an upstream's own id moves to `x-upstream-request-id` (the proxy's
+    answers never set `x-request-id` themselves, so one present here is the upstream's)."""
+    headers = response.headers
+    for theirs in headers.popall("x-request-id", ()):
+        headers.add("x-upstream-request-id", theirs)
+    headers["x-request-id"] = request.get(REQUEST_ID) or new_request_id()
+
+
 def make_app(config: Config) -> web.Application:
     # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
-    # the original bytes); a client that hangs up cancels its handler, which releases the
+    # the decoded bytes it judged); a client that hangs up cancels its handler, which releases the
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
@@ -85,7 +107,9 @@ def make_app(config: Config) -> web.Application:
             "handler_cancellation": True,
             "keepalive_timeout": config.listen.header_timeout_s,
         },
+        middlewares=[_identify],
     )
+    app.on_response_prepare.append(_name_the_request)
     app[LIVE] = Live()
     app[METRICS] = Metrics()
     logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
@@ -138,6 +162,16 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def proxy(request: web.Request) -> web.StreamResponse:
+    named = body_headers_named(request.headers)
+    if named:
+        # Dropped as hop-by-hop, such a header would leave the upstream reading the body
+        # differently from the proxy.
+        request.app[METRICS].requests.labels("any", "invalid").inc()
+        return error_response(
+            400,
+            "invalid_connection_header",
+            f"Connection names {named[0]}, which gives the body its meaning and is never dropped",
+        )
     current = request.app[LIVE].current
     current.upstream.acquire()
     try:
@@ -181,15 +215,15 @@ async def relay(
         response = await current.upstream.relay(
             request,
             target,
+            request_id=request[REQUEST_ID],
             data=data,
             headers=headers,
             extra_headers=extra_headers,
             tap_for=tap_for,
         )
     except UpstreamError as exc:
-        log.warning("%s %s: %s", request.method, target, exc.message)
         app[METRICS].requests.labels(route, "upstream_error").inc()
-        return error_response(exc.status, exc.code, exc.message)
+        return upstream_failed(request[REQUEST_ID], f"{request.method} {target}", exc)
     finally:
         streams.dec()
     app[METRICS].requests.labels(route, outcome).inc()
@@ -220,7 +254,9 @@ async def gate(
     tap_for = None
     headers = upstream_headers(request.headers, config, decided.drop)
     if route == "responses":
-        tap_for = _tap_for(app[LEDGER], tenant or "-", config.limits.max_body_bytes)
+        tap_for = _tap_for(
+            app[LEDGER], tenant or "-", config.limits.max_body_bytes, request[REQUEST_ID]
+        )
         if "Accept-Encoding" in headers:
             headers["Accept-Encoding"] = readable_accept_encoding(
                 ", ".join(headers.popall("Accept-Encoding"))
@@ -261,13 +297,16 @@ async def _decide(
         )
         response.force_close()
         return response
-    verdict = await judge(app, config, parsed, raw, path=path, tenant=tenant, transport="http")
+    request_id = request[REQUEST_ID]
+    verdict = await judge(
+        app, config, parsed, raw, request_id=request_id, path=path, tenant=tenant, transport="http"
+    )
     app[METRICS].gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
         app[METRICS].requests.labels(route, "block").inc()
         return web.Response(
             status=400,
-            body=orjson.dumps(rejection(verdict)),
+            body=orjson.dumps(blocked(verdict, request_id)),
             content_type="application/json",
             headers={"x-should-retry": "false"},
         )
@@ -276,11 +315,15 @@ async def _decide(
     if verdict.outcome == "strip":
         assert verdict.input is not None
         stripped = body.stripped(parsed, verdict.input)
-        return _Forward(stripped, _STRIPPED_DROP, extra, "strip")
-    return _Forward(raw, _KEEP_ALL, extra, "forward")
+        return _Forward(stripped, _DECODED_DROP, extra, "strip")
+    # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
+    # parse the coded bytes, which need not be the document the gate judged.
+    return _Forward(decoded, _DECODED_DROP, extra, "forward")
 
 
-def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap | None]:
+def _tap_for(
+    ledger: Ledger, tenant: str, limit: int, request_id: str
+) -> Callable[[Answer], Tap | None]:
     def tap(upstream: Answer) -> Tap | None:
         if upstream.status != 200:
             return None
@@ -292,6 +335,7 @@ def _tap_for(ledger: Ledger, tenant: str, limit: int) -> Callable[[Answer], Tap 
             upstream.content_length,
             limit,
             ", ".join(headers.getall("Content-Encoding", ())),
+            request_id,
         )
 
     return tap

@@ -17,10 +17,10 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from proxy import audit, body
 from proxy.audit import AuditLog
 from proxy.config import Config, ConfigError
-from proxy.gate import NOTHING_RECORDED, Verdict, inspect
+from proxy.gate import NOTHING_RECORDED, Verdict, inspect, rejection
 from proxy.ledger import Ledger
 from proxy.metrics import Metrics
-from proxy.upstream import Upstream, relayed_headers
+from proxy.upstream import Upstream, UpstreamError, relayed_headers
 
 log = logging.getLogger("replay_proxy")
 
@@ -87,6 +87,13 @@ LIVE = web.AppKey("live", Live)
 AUDIT = web.AppKey("audit", AuditLog)
 METRICS = web.AppKey("metrics", Metrics)
 LEDGER = web.AppKey("ledger", Ledger)
+# The proxy's own id of a request: its `x-request-id`, its audit record's `request_id`, and the
+# first word of every log line about it.
+REQUEST_ID = web.RequestKey("request_id", str)
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex
 
 
 class Unauthorized(Exception):
@@ -139,9 +146,12 @@ def error_response(
     code: str,
     message: str,
     headers: Mapping[str, str] | None = None,
-    type_: str = "invalid_request_error",
+    type_: str | None = None,
 ) -> web.Response:
-    """Every answer the proxy makes itself: the API's `{"error": {...}}` shape."""
+    """Every answer the proxy makes itself: the API's `{"error": {...}}` shape, typed
+    `server_error` for a 5xx (the spec's mapping) unless `type_` says otherwise."""
+    if type_ is None:
+        type_ = "server_error" if status >= 500 else "invalid_request_error"
     return web.Response(
         status=status,
         body=orjson.dumps(body.error_body(code, message, type_=type_)),
@@ -150,12 +160,27 @@ def error_response(
     )
 
 
+def upstream_failed(request_id: str, what: str, exc: UpstreamError) -> web.Response:
+    """The answer to a request no upstream answer could be had for. Its message names the
+    failure only; the detail (an address, a socket error) goes to the log."""
+    log.warning("%s %s: %s: %s", request_id, what, exc.code, exc.detail)
+    return error_response(exc.status, exc.code, exc.message)
+
+
+def blocked(verdict: Verdict, request_id: str) -> dict[str, Any]:
+    """The error body of a blocked request, naming its audit record's `request_id`."""
+    answer = rejection(verdict)
+    answer["error"]["request_id"] = request_id
+    return answer
+
+
 async def judge(
     app: web.Application,
     config: Config,
     parsed: dict[str, Any],
     raw: bytes,
     *,
+    request_id: str,
     path: str,
     tenant: str | None,
     transport: str,
@@ -168,7 +193,7 @@ async def judge(
             app[METRICS].findings.labels(finding.reason, finding.action).inc()
         app[AUDIT].write(
             audit.Request(
-                request_id="req_" + uuid.uuid4().hex,
+                request_id=request_id,
                 transport=transport,
                 path=path,
                 body=parsed,

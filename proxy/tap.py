@@ -31,8 +31,10 @@ class ResponseTap:
         content_length: int | None,
         limit: int,
         content_encoding: str = "",
+        request_id: str = "-",
     ) -> None:
         self.ledger = ledger
+        self.request_id = request_id
         self.tenant = tenant
         self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
         self.expected = content_length
@@ -101,7 +103,7 @@ class ResponseTap:
 
     def _unrecorded(self, fault: body.BodyError) -> None:
         """The tap cannot read this answer in its coding: it goes by, relayed, unrecorded."""
-        log.warning("an encoded answer goes by unrecorded: %s", fault)
+        log.warning("%s an encoded answer goes by unrecorded: %s", self.request_id, fault)
         self.recorded = True
         self.pending.clear()
 

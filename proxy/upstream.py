@@ -32,6 +32,12 @@ HOP_BY_HOP = frozenset(
 )
 # Set by the hop itself (its Host, its body's framing), or answered by this server (Expect).
 _REQUEST_OWN = ("Host", "Content-Length", "Expect")
+# What gives a body its meaning: a `Connection` header may not remove them (RFC 9110 §7.6.1
+# lets it name any header). A request that tries is refused; in an answer the names are
+# ignored, so that the client decodes the body the way the tap read it.
+BODY_HEADERS = frozenset(
+    {"content-type", "content-encoding", "content-length", "transfer-encoding"}
+)
 
 
 class Tap(Protocol):
@@ -42,24 +48,51 @@ class Tap(Protocol):
     async def finish(self) -> None: ...
 
 
+# What the client is told of each failure; the detail stays in the log.
+_MESSAGES = {
+    "upstream_unreachable": "upstream_unreachable: the proxy could not reach the upstream",
+    "upstream_timeout": "upstream_timeout: the upstream did not answer in time",
+    "upstream_bad_response": "upstream_bad_response: the upstream's answer is not valid HTTP",
+    "upstream_refused": "upstream_refused: the upstream refused the WebSocket upgrade",
+}
+
+
 @dataclass(frozen=True)
 class UpstreamError(Exception):
-    """No answer could be had from the upstream: 502 (unreachable, garbage) or 504 (timeout)."""
+    """No answer could be had from the upstream: 502 (unreachable, garbage), 504 (timeout), or
+    the status of a refused WebSocket upgrade. `detail` is for the log only: it can carry the
+    upstream's address and the socket's error."""
 
     status: int
     code: str
-    message: str
+    detail: str
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self.code]
+
+
+def connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
+    """The header names a `Connection` header lists, lower-cased, in order."""
+    return [
+        token.strip().lower()
+        for value in headers.getall("Connection", ())
+        for token in value.split(",")
+        if token.strip()
+    ]
+
+
+def body_headers_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
+    """The headers of BODY_HEADERS that `Connection` names (a request naming any is refused)."""
+    return [token for token in connection_tokens(headers) if token in BODY_HEADERS]
 
 
 def relayed_headers(
     headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = frozenset()
 ) -> CIMultiDict[str]:
-    """The headers minus hop-by-hop ones, those the `Connection` header names, and `drop`."""
-    named = {
-        token.strip().lower()
-        for value in headers.getall("Connection", ())
-        for token in value.split(",")
-    }
+    """The headers minus hop-by-hop ones, those the `Connection` header names (never one of
+    BODY_HEADERS), and `drop`."""
+    named = set(connection_tokens(headers)) - BODY_HEADERS
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         lower = name.lower()
@@ -131,11 +164,34 @@ class Upstream:
         """The upstream URL for a raw request target (path and query, still encoded)."""
         return URL(str(self.base) + target, encoded=True)
 
+    async def connect_websocket(
+        self, target: str, headers: CIMultiDict[str], protocols: list[str], max_msg_size: int
+    ) -> aiohttp.ClientWebSocketResponse:
+        """Open the same WebSocket upstream; raises UpstreamError when it cannot be had."""
+        try:
+            return await self.session.ws_connect(
+                self.url(target),
+                headers=headers,
+                protocols=protocols,
+                max_msg_size=max_msg_size,
+                autoping=True,
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            detail = f"status {exc.status}: {exc.message}"
+            if 400 <= exc.status < 600:
+                raise UpstreamError(exc.status, "upstream_refused", detail) from None
+            raise UpstreamError(502, "upstream_bad_response", detail) from None
+        except TimeoutError:
+            raise UpstreamError(504, "upstream_timeout", "no WebSocket handshake in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(502, "upstream_unreachable", str(exc)) from None
+
     async def relay(
         self,
         request: web.Request,
         target: str,
         *,
+        request_id: str,
         data: bytes | AsyncIterable[bytes] | None,
         headers: CIMultiDict[str],
         extra_headers: Mapping[str, str] | None = None,
@@ -155,20 +211,16 @@ class Upstream:
                 request.method, target, headers.items(), data, length=length
             )
         except TimeoutError:
-            raise UpstreamError(
-                504, "upstream_timeout", "the upstream did not answer in time"
-            ) from None
+            raise UpstreamError(504, "upstream_timeout", "no answer in time") from None
         except http1.ConnectError as exc:
             raise UpstreamError(
-                502, "upstream_unreachable", f"cannot connect to the upstream: {exc}"
+                502, "upstream_unreachable", f"cannot connect to {self.base}: {exc}"
             ) from None
         except http1.BadAnswer as exc:
-            raise UpstreamError(
-                502, "upstream_bad_response", f"the upstream answered garbage: {exc}"
-            ) from None
+            raise UpstreamError(502, "upstream_bad_response", f"garbage: {exc}") from None
         except (http1.BrokenAnswer, OSError) as exc:
             raise UpstreamError(
-                502, "upstream_unreachable", f"the upstream connection failed: {exc}"
+                502, "upstream_unreachable", f"the connection failed: {exc}"
             ) from None
         try:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -190,10 +242,18 @@ class Upstream:
                     await tap.finish()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError):
                 # The client hung up: the upstream connection is closed, not reused.
-                log.info("client went away mid-answer: %s %s", request.method, target)
+                log.info(
+                    "%s client went away mid-answer: %s %s", request_id, request.method, target
+                )
                 return response
             except (TimeoutError, http1.BrokenAnswer, http1.BadAnswer) as exc:
-                log.warning("upstream failed mid-answer: %s %s: %s", request.method, target, exc)
+                log.warning(
+                    "%s upstream failed mid-answer: %s %s: %s",
+                    request_id,
+                    request.method,
+                    target,
+                    exc,
+                )
                 if request.transport is not None:
                     request.transport.close()
                 return response

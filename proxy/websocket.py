@@ -17,14 +17,17 @@ from proxy.boundary import (
     LEDGER,
     LIVE,
     METRICS,
+    REQUEST_ID,
     Current,
-    error_response,
+    blocked,
     judge,
+    new_request_id,
+    upstream_failed,
     upstream_headers,
 )
 from proxy.config import Config
-from proxy.gate import rejection
 from proxy.tap import ResponseTap
+from proxy.upstream import UpstreamError
 
 log = logging.getLogger("replay_proxy")
 
@@ -49,26 +52,27 @@ def is_websocket(request: web.Request) -> bool:
 async def relay_websocket(
     request: web.Request, current: Current, tenant: str | None, path: str, query: str
 ) -> web.StreamResponse:
-    """Open the same WebSocket upstream, then relay frames both ways until either side ends."""
+    """Open the same WebSocket upstream, then relay frames both ways until either side ends.
+
+    The upgrade answer's `x-request-id` names the connection; each frame the gate judges gets
+    an id of its own (its audit record's, and its error frame's `error.request_id`), logged
+    with the connection's when the frame is blocked.
+    """
     app = request.app
+    connection_id = request[REQUEST_ID]
     limit = current.config.limits.max_body_bytes
     protocols = [
         p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
     ]
     try:
-        upstream = await current.upstream.session.ws_connect(
-            current.upstream.url(path + query),
-            headers=upstream_headers(request.headers, current.config, _WEBSOCKET_OWN),
-            protocols=protocols,
-            max_msg_size=limit,
-            autoping=True,
+        upstream = await current.upstream.connect_websocket(
+            path + query,
+            upstream_headers(request.headers, current.config, _WEBSOCKET_OWN),
+            protocols,
+            limit,
         )
-    except aiohttp.WSServerHandshakeError as exc:
-        return error_response(
-            exc.status, "upstream_refused", f"the upstream refused: {exc.message}"
-        )
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return error_response(502, "upstream_unreachable", f"cannot connect to the upstream: {exc}")
+    except UpstreamError as exc:
+        return upstream_failed(connection_id, f"WebSocket {path}", exc)
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
     )
@@ -76,15 +80,15 @@ async def relay_websocket(
     app[METRICS].open_streams.inc()
     try:
         await client.prepare(request)
-        tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit)
+        tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
         tasks = [
-            asyncio.create_task(_client_frames(app, client, upstream, path, tenant)),
+            asyncio.create_task(_client_frames(app, client, upstream, path, tenant, connection_id)),
             asyncio.create_task(_upstream_frames(upstream, client, tap)),
         ]
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             if task.exception() is not None:
-                log.warning("websocket relay ended: %r", task.exception())
+                log.warning("%s websocket relay ended: %r", connection_id, task.exception())
     finally:
         for task in tasks:
             task.cancel()
@@ -101,12 +105,15 @@ async def _client_frames(
     upstream: aiohttp.ClientWebSocketResponse,
     path: str,
     tenant: str | None,
+    connection_id: str,
 ) -> None:
     async for message in client:
         if message.type == aiohttp.WSMsgType.TEXT:
             # Each frame is gated under the config in force when it arrives (reloads apply).
             config = app[LIVE].current.config
-            reply, forward = await _gate_frame(app, config, message.data, path, tenant)
+            reply, forward = await _gate_frame(
+                app, config, message.data, path, tenant, connection_id
+            )
             if reply is not None:
                 await client.send_str(reply)
             if forward is not None:
@@ -138,22 +145,41 @@ def _error_event(status: int, error: Mapping[str, Any]) -> str:
 
 
 async def _gate_frame(
-    app: web.Application, config: Config, text: str, path: str, tenant: str | None
+    app: web.Application,
+    config: Config,
+    text: str,
+    path: str,
+    tenant: str | None,
+    connection_id: str,
 ) -> tuple[str | None, str | None]:
-    """(an error event to answer with, the frame to forward): one of them is None."""
+    """(an error event to answer with, the frame to forward): one of them is None.
+
+    Every frame is judged, whatever its `type`: the spec gives `type` the default
+    `response.create`, so a frame without one (or with another) may be read upstream as a
+    request, and a frame with nothing to gate passes unchanged.
+    """
     raw = text.encode("utf-8", "surrogatepass")
     try:
         frame = body.parse(raw)
     except body.BodyError as exc:
         return _error_event(exc.status, body.error_body(exc.code, exc.message)), None
-    if frame.get("type") != "response.create":
-        return None, text
     started = time.perf_counter()
-    verdict = await judge(app, config, frame, raw, path=path, tenant=tenant, transport="websocket")
+    request_id = new_request_id()
+    verdict = await judge(
+        app,
+        config,
+        frame,
+        raw,
+        request_id=request_id,
+        path=path,
+        tenant=tenant,
+        transport="websocket",
+    )
     app[METRICS].gate_seconds.observe(time.perf_counter() - started)
     app[METRICS].requests.labels("websocket", verdict.outcome).inc()
     if verdict.outcome == "block":
-        return _error_event(400, rejection(verdict)), None
+        log.info("%s blocked a frame of WebSocket %s", request_id, connection_id)
+        return _error_event(400, blocked(verdict, request_id)), None
     if verdict.outcome == "strip":
         assert verdict.input is not None
         return None, body.stripped(frame, verdict.input).decode()
