@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from proxy.routes import Target, TargetError, gated_path, normalise, read_target, split_target
+from proxy.routes import (
+    GATED,
+    Target,
+    TargetError,
+    gated_path,
+    normalise,
+    read_target,
+    split_target,
+)
+from tests.servers.routing_upstreams import lax_route
 
 
 @pytest.mark.parametrize(
@@ -185,3 +196,31 @@ def test_read_target_refuses(target: str, problem: str) -> None:
     with pytest.raises(TargetError) as refused:
         read_target(target)
     assert problem in str(refused.value)
+
+
+# Pieces a spelling of a gated path is made of, and pieces that bend how it is read.
+PIECES = st.sampled_from(
+    [
+        *("/", "//", "v1", "V1", "%76%31", "responses", "RESPONSES", "respons%65s", "compact"),
+        *("-", "x", "resp_1", ".", "..", "%2E", "%2F", "%2f", "%5C", "%252F", ";p", "%3F", "%23"),
+        "%00",
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True, database=None)
+@given(pieces=st.lists(PIECES, max_size=10))
+def test_no_spelling_a_lax_upstream_routes_to_a_gated_path_goes_ungated(pieces: list[str]) -> None:
+    target = "/" + "".join(pieces)
+    try:
+        read = read_target(target)
+    except TargetError:
+        return  # refused: nothing is forwarded
+    if read.own:
+        return  # answered by the proxy: nothing is forwarded
+    # Sent as it came (as before), a lax upstream would have routed it here: it is gated.
+    if lax_route(target) in GATED:
+        assert read.gated is not None
+    # Sent as it goes now, a lax upstream routes it exactly where the proxy classified it.
+    routed = lax_route(read.forward)
+    assert read.gated == (routed if routed in GATED else None)
