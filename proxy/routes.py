@@ -33,6 +33,8 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _UNPRINTABLE = re.compile(r"[^\x21-\x7e]")
 # A normalised path that every reading reads alike: no escapes, no `;`, no `\`.
 _PLAIN = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,=:@/]*")
+# A target with nothing in it to read two ways: plain segments, and a query without escapes.
+_SIMPLE = re.compile(r"((?:/[A-Za-z0-9_~-]+)+)(\?[A-Za-z0-9_.~!$&'()*+,;=:@/?-]*)?")
 # RFC 3986 §3.3: a path segment is pchar = unreserved / pct-encoded / sub-delims / ":" / "@".
 _NOT_IN_PATH = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/%]")
 # RFC 3986 §3.2: reg-name or IP-literal, then an optional port; no userinfo (RFC 9110 §4.2.4).
@@ -106,6 +108,14 @@ def iter_problems(raw_target: str) -> Iterator[str]:
 def read_target(raw_target: str) -> Target:
     """The target as the proxy routes and forwards it; TargetError if it is not valid, or if
     its readings name two different gated paths."""
+    simple = _SIMPLE.fullmatch(raw_target)
+    if simple is not None:
+        # Most targets: valid, already normal, and read one way only (no escapes, dots, `;`,
+        # empty segments or trailing slash), so the readings below would all agree.
+        path, query = simple.group(1), simple.group(2) or ""
+        folded = path.lower()
+        own = folded == "/" + OWN or folded.startswith(f"/{OWN}/")
+        return Target(path, query, folded if not own and folded in GATED else None, own)
     for problem in iter_problems(raw_target):
         raise TargetError(problem)
     raw_path, query = split_target(raw_target)

@@ -224,3 +224,12 @@ def test_no_spelling_a_lax_upstream_routes_to_a_gated_path_goes_ungated(pieces: 
     # Sent as it goes now, a lax upstream routes it exactly where the proxy classified it.
     routed = lax_route(read.forward)
     assert read.gated == (routed if routed in GATED else None)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True, database=None)
+@given(segments=st.lists(st.sampled_from(["v1", "V1", "responses", "Compact", "-", "~x_1"])))
+@pytest.mark.parametrize("query", ["", "?", "?a=1&b=/x?y", "?a=%2F"])
+def test_a_simple_target_reads_as_its_absolute_form(segments: list[str], query: str) -> None:
+    # The absolute form takes the long way through every reading; the answer is the same.
+    target = "/" + "/".join(segments) + query
+    assert read_target(target) == read_target("http://h" + target)
