@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from multidict import CIMultiDict
+from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from tests.conftest import SALES_TOOL, ProxyFactory, sales_call, sales_output
@@ -80,6 +81,17 @@ async def send(
         name, _, value = line.partition(":")
         parsed.add(name.strip(), value.strip())
     return Answer(int(status_line.split()[1]), parsed, payload)
+
+
+async def requests_counted(base: str, outcome: str) -> float | None:
+    """The proxy's count of requests it answered itself with this outcome."""
+    metrics = (await send(base, "GET", b"/-/metrics")).body.decode()
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            labels = {"route": "any", "outcome": outcome}
+            if sample.name == "replay_proxy_requests_total" and sample.labels == labels:
+                return sample.value
+    return None
 
 
 @pytest.fixture
@@ -315,6 +327,7 @@ async def test_an_invalid_target_is_refused_and_never_forwarded(
         error = answer.json()["error"]
         assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request_target")
         assert error["message"].startswith("the request target")
+        assert await requests_counted(base, "invalid_target") == 1
     else:
         assert answer.headers["Content-Type"].startswith("text/plain")
     assert lax.served == []
@@ -351,6 +364,7 @@ async def test_the_proxys_namespace_is_never_forwarded(
     assert answer.status == 404
     error = answer.json()["error"]
     assert (error["type"], error["code"]) == ("invalid_request_error", "not_found")
+    assert await requests_counted(base, "not_found") == 1
     assert lax.served == []
 
 
