@@ -79,7 +79,7 @@ TARGET = web.RequestKey("target", routes.Target)
 
 
 @web.middleware
-async def read_target(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def check_target(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A request target that is not valid origin-form or absolute-form is answered 400 here,
     whatever the path and method, before any handler (an admin one too) runs."""
     try:
@@ -96,7 +96,7 @@ def make_app(config: Config) -> web.Application:
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
-        middlewares=[read_target],
+        middlewares=[check_target],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
