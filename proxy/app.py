@@ -77,6 +77,20 @@ class _ClientFaults(logging.Filter):
 
 
 _CLIENT_FAULTS = _ClientFaults()
+# The request target as the proxy read it, for every handler.
+TARGET = web.RequestKey("target", routes.Target)
+
+
+@web.middleware
+async def check_target(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A request target that is not valid origin-form or absolute-form is answered 400 here,
+    whatever the path and method, before any handler (an admin one too) runs."""
+    try:
+        request[TARGET] = routes.read_target(request.raw_path)
+    except routes.TargetError as exc:
+        request.app[METRICS].requests.labels("any", "invalid_target").inc()
+        return error_response(400, "invalid_request_target", str(exc))
+    return await handler(request)
 
 
 @web.middleware
@@ -102,12 +116,13 @@ def make_app(config: Config) -> web.Application:
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
+        # The id first, so that every answer, a refused target's too, carries it.
+        middlewares=[_identify, check_target],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
             "keepalive_timeout": config.listen.header_timeout_s,
         },
-        middlewares=[_identify],
     )
     app.on_response_prepare.append(_name_the_request)
     app[LIVE] = Live()
@@ -181,20 +196,24 @@ async def proxy(request: web.Request) -> web.StreamResponse:
 
 
 async def _proxy(request: web.Request, current: Current) -> web.StreamResponse:
+    target = request[TARGET]
+    if target.own:
+        request.app[METRICS].requests.labels("any", "not_found").inc()
+        message = f"{request.method} {target.path}: no such admin endpoint; /-/ is never forwarded"
+        return error_response(404, "not_found", message)
     try:
         tenant = tenant_of(request.headers, current.config)
     except Unauthorized:
         request.app[METRICS].requests.labels("any", "unauthorized").inc()
         return unauthorized()
-    raw_path, query = routes.split_target(request.raw_path)
-    gated = routes.gated_path(raw_path)
+    gated = target.gated
     if gated is not None and is_websocket(request):
-        return await relay_websocket(request, current, tenant, gated, query)
+        return await relay_websocket(request, current, tenant, gated, target.query)
     if gated is not None and (request.method not in _BODYLESS or request.body_exists):
-        return await gate(request, current, tenant, gated, query)
+        return await gate(request, current, tenant, gated, target.query)
     data = request.content.iter_any() if request.body_exists else None
     headers = upstream_headers(request.headers, current.config, _KEEP_ALL)
-    return await relay(request, current, "passthrough", raw_path + query, data, headers)
+    return await relay(request, current, "passthrough", target.forward, data, headers)
 
 
 async def relay(

@@ -33,6 +33,7 @@ def loaded(module: str) -> set[str]:
     [
         pytest.param("proxy.strictjson", [*HTTP_STACK, "jsonschema", "yaml"], id="strictjson"),
         pytest.param("proxy.items", [*HTTP_STACK, "jsonschema", "yaml"], id="items"),
+        pytest.param("proxy.routes", [*HTTP_STACK, "jsonschema", "yaml"], id="routes"),
         pytest.param("proxy.budget", [*HTTP_STACK, "yaml"], id="budget"),
         pytest.param("proxy.schemas", [*HTTP_STACK, "yaml"], id="schemas"),
         pytest.param("proxy.gate", [*HTTP_STACK, "yaml"], id="gate"),

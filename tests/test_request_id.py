@@ -115,6 +115,8 @@ CASES = [
         id="connection-names-a-body-header",
     ),
     pytest.param(Case("GET", "/v1/models", 502, unreachable=True), id="unreachable"),
+    pytest.param(Case("GET", "/v1/models%zz", 400), id="invalid-target"),
+    pytest.param(Case("GET", "/-/ready-or-not", 404), id="own-namespace"),
     pytest.param(Case("GET", "/-/healthy", 200), id="healthy"),
     pytest.param(Case("GET", "/-/metrics", 200), id="metrics"),
 ]
@@ -137,7 +139,7 @@ async def test_every_answer_carries_the_proxys_request_id(
         for _ in range(2):
             async with client.request(
                 case.method,
-                base + case.target,
+                URL(base + case.target, encoded=True),
                 data=case.data,
                 headers=case.headers,
                 skip_auto_headers={"Content-Type"},
