@@ -13,21 +13,52 @@ MESSAGE = "message"
 Item = Mapping[str, Any]
 
 
-def kind(item: Any) -> str | None:
-    """The item's kind: its `type`, `message` for a typeless item with `role`, else None.
+# What a typeless item must carry to be read as each kind once the spec's defaults apply: every
+# input item schema defaults its `type`, so a lenient server reads an item without one as any
+# schema whose other required fields it has. `type: null` reads the same (ItemReferenceParam
+# allows it; a server that takes null for absent reads it as anything). A function_call needs
+# no `arguments`: fastresponses, a lenient server, defaults them to "".
+_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (ITEM_REFERENCE, ("id",)),
+    (MESSAGE, ("role",)),
+    (MESSAGE, ("content",)),
+    (FUNCTION_CALL, ("call_id", "name")),
+    (FUNCTION_CALL_OUTPUT, ("call_id", "output")),
+    ("reasoning", ("summary",)),
+    ("compaction", ("encrypted_content",)),
+)
 
-    A typeless item with an `id` and no `role` is an `item_reference` (the spec allows `{"id": …}`).
+
+def readings(item: Item) -> frozenset[str]:
+    """The kinds an item without a `type` (or with `type: null`) can be read as.
+
+    A server that applies the spec's defaults reads it as any of them; one reading is the
+    item's kind, several make it ambiguous. Typed items have no readings: their type is their kind.
+    """
+    if item.get("type") is not None:
+        return frozenset()
+    return frozenset(k for k, needed in _SIGNATURES if all(f in item for f in needed))
+
+
+def kind(item: Any) -> str | None:
+    """The item's kind: its `type`; for a typeless item, the one kind the spec's defaults read
+    it as (`{"call_id", "output"}` is a function_call_output, `{"id"}` an item_reference, an
+    item with `role` a message); None when it is not an object, its type is not a string, or it
+    reads as no kind or as several (`is_ambiguous`).
     """
     if not isinstance(item, dict):
         return None
     item_type = item.get("type")
     if item_type is None:
-        if "role" in item:
-            return MESSAGE
-        if "id" in item:
-            return ITEM_REFERENCE
-        return None
+        found = readings(item)
+        return next(iter(found)) if len(found) == 1 else None
     return item_type if isinstance(item_type, str) else None
+
+
+def is_ambiguous(item: Any) -> bool:
+    """A typeless item that the spec's defaults read as more than one kind: one server would
+    take it for a function_call_output where the gate sees a message, or a call for a reference."""
+    return isinstance(item, dict) and len(readings(item)) > 1
 
 
 def is_output(item: Any) -> bool:
