@@ -58,8 +58,9 @@ class Recorded(Protocol):
         """The recorded item an `item_reference` names, if any."""
         ...
 
-    def emitted(self, call: Item) -> bool:
-        """Whether an upstream response emitted this call (same `call_id`, `name`, `arguments`)."""
+    def emitted_statuses(self, call: Item) -> Sequence[Any]:
+        """The `status` of each call with this call's `call_id`, `name` and `arguments` that an
+        upstream response relayed to this tenant emitted; empty when none did."""
         ...
 
 
@@ -74,8 +75,8 @@ class NothingRecorded:
     def item(self, item_id: str) -> Item | None:
         return None
 
-    def emitted(self, call: Item) -> bool:
-        return False
+    def emitted_statuses(self, call: Item) -> Sequence[Any]:
+        return ()
 
 
 NOTHING_RECORDED = NothingRecorded()
@@ -367,14 +368,27 @@ class _Inspection:
 
     def check_call(self, call: Item) -> str | tuple[Violation, ...] | None:
         """The first reason the paired item fails, schema violations, or None when it passes."""
-        if self.policy.require_provenance and not self.recorded.emitted(call):
+        status = call.get("status")
+        # Asked only when it matters: most replayed calls carry their status.
+        emitted: Sequence[Any] = ()
+        if self.policy.require_provenance or status is None:
+            emitted = self.recorded.emitted_statuses(call)
+        if self.policy.require_provenance and not (
+            emitted and (status is None or status in emitted)
+        ):
             return "provenance"
+        # The paired item must say it is a function_call: a typeless one pairs, and fails here.
         item_type = call.get("type")
         if items.is_namespaced(item_type):
             return "namespaced"
         if item_type != items.FUNCTION_CALL:
             return "not_function_call"
-        status = call.get("status")
+        if status is None and emitted:
+            # A call replayed without its status is judged by the status the proxy relayed it
+            # with; when it was relayed with several, by none of them.
+            if any(s != emitted[0] for s in emitted):
+                return "status"
+            status = emitted[0]
         if status != "completed" and not (status is None and self.policy.allow_missing_status):
             return "status"
         arguments = call.get("arguments")

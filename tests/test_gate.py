@@ -77,6 +77,7 @@ class Ledger:
         self.chain = list(chain)
         self.stored = dict(stored or {})
         self.emitted_calls = [(c["call_id"], c["name"], c["arguments"]) for c in emitted]
+        self.statuses = [c.get("status") for c in emitted]
         self.asked: list[Item] = []
 
     def calls(self, call_id: str) -> Sequence[Item]:
@@ -85,10 +86,10 @@ class Ledger:
     def item(self, item_id: str) -> Item | None:
         return self.stored.get(item_id)
 
-    def emitted(self, call: Item) -> bool:
+    def emitted_statuses(self, call: Item) -> Sequence[Any]:
         self.asked.append(call)
         key = (call.get("call_id"), call.get("name"), call.get("arguments"))
-        return key in self.emitted_calls
+        return [s for c, s in zip(self.emitted_calls, self.statuses, strict=True) if c == key]
 
 
 def only(verdict: Verdict) -> dict[str, Any]:
@@ -617,6 +618,120 @@ CLASSIFIED = [
         Ledger(stored={"msg_1": {"type": "message", "id": "msg_1", "role": "assistant"}}),
         [],
         id="known-ref-to-a-message",
+    ),
+    # Provenance compares status too.
+    pytest.param(
+        [call("c"), output("c")],
+        {"require_provenance": True},
+        Ledger(emitted=[call("c", status="incomplete")]),
+        [(1, "provenance")],
+        id="provenance-emitted-incomplete-replayed-completed",
+    ),
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {"require_provenance": True},
+        Ledger(emitted=[call("c")]),
+        [],
+        id="provenance-status-missing-emitted-completed",
+    ),
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {"require_provenance": True},
+        Ledger(emitted=[call("c", status="incomplete")]),
+        [(1, "status")],
+        id="provenance-status-missing-emitted-incomplete",
+    ),
+    # A call replayed without status: the status the proxy relayed it with, if it did.
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {},
+        Ledger(emitted=[call("c")]),
+        [],
+        id="status-missing-relayed-completed",
+    ),
+    pytest.param(
+        [without(call("c", id=None), "status", "id"), output("c")],
+        {},
+        Ledger(emitted=[call("c")]),
+        [],
+        id="status-and-id-missing-relayed-completed",
+    ),
+    pytest.param(
+        [call("c", status=None), output("c")],
+        {},
+        Ledger(emitted=[call("c")]),
+        [],
+        id="status-null-relayed-completed",
+    ),
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {},
+        Ledger(emitted=[call("c", status="incomplete")]),
+        [(1, "status")],
+        id="status-missing-relayed-incomplete",
+    ),
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {"allow_missing_status": True},
+        Ledger(emitted=[call("c", status="incomplete")]),
+        [(1, "status")],
+        id="status-missing-relayed-incomplete-not-allowed",
+    ),
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {},
+        Ledger(emitted=[call("c"), call("c", status="incomplete")]),
+        [(1, "status")],
+        id="status-missing-relayed-twice-differently",
+    ),
+    pytest.param(
+        [without(call("c", '{"region":"emea"}'), "status"), output("c")],
+        {},
+        Ledger(emitted=[call("c")]),
+        [(1, "status")],
+        id="status-missing-relayed-other-arguments",
+    ),
+    pytest.param(
+        [without(call("c", name="lookup"), "status"), output("c")],
+        {},
+        Ledger(emitted=[call("c")]),
+        [(1, "status")],
+        id="status-missing-relayed-other-name",
+    ),
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {},
+        Ledger(emitted=[call("other")]),
+        [(1, "status")],
+        id="status-missing-relayed-other-call-id",
+    ),
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {},
+        Ledger(emitted=[without(call("c"), "status")]),
+        [(1, "status")],
+        id="status-missing-relayed-without-status",
+    ),
+    pytest.param(
+        [without(call("c"), "status"), output("c")],
+        {"allow_missing_status": True},
+        Ledger(emitted=[without(call("c"), "status")]),
+        [],
+        id="status-missing-relayed-without-status-allowed",
+    ),
+    pytest.param(
+        [call("c", status="in_progress"), output("c")],
+        {},
+        Ledger(emitted=[call("c")]),
+        [(1, "status")],
+        id="status-given-is-judged-as-given",
+    ),
+    pytest.param(
+        [without(call("c", GLOBAL), "status"), output("c")],
+        {},
+        Ledger(emitted=[call("c", GLOBAL)]),
+        [(1, "arguments_schema")],
+        id="status-from-record-then-schema",
     ),
 ]
 
