@@ -85,7 +85,7 @@ class LedgerView:
         key = items.pairing_key(call)
         found = self.emitted_calls.get(key, ()) if key is not None else ()
         name, arguments = call.get("name"), call.get("arguments")
-        return [status for n, a, status in found if n == name and a == arguments]
+        return [status for n, a, status in found if n == name and same_arguments(a, arguments)]
 
     def add_chain(self, recordings: Iterable[Recording]) -> None:
         for recording in recordings:
@@ -100,6 +100,58 @@ class LedgerView:
         if key is not None and item.get("type") == items.FUNCTION_CALL:
             emitted = (item.get("name"), item.get("arguments"), item.get("status"))
             self.emitted_calls.setdefault(key, []).append(emitted)
+
+
+def same_arguments(emitted: Any, replayed: Any) -> bool:
+    """Whether a replayed call's `arguments` are the ones emitted: the same string, or strict
+    JSON texts of the same value, numbers written alike.
+
+    A client that parsed the arguments and replays `JSON.stringify` of them (the AI SDK) changes
+    spacing, key order and escapes, not the call. A number written otherwise (`1.0` for `1`)
+    is not the same: readers that keep every digit may read the two apart.
+    """
+    if emitted == replayed:
+        return True
+    if not isinstance(emitted, str) or not isinstance(replayed, str):
+        return False
+    try:
+        return bool(_as_written(emitted) == _as_written(replayed))
+    except (ValueError, RecursionError):
+        return False
+
+
+def _as_written(text: str) -> Any:
+    """The JSON value of `text`, each number kept as its text; ValueError unless strict JSON."""
+    return json.loads(
+        text,
+        object_pairs_hook=_unique,
+        parse_int=_Number,
+        parse_float=_Number,
+        parse_constant=_refuse,
+    )
+
+
+class _Number(str):
+    """A number as written: equal only to the same digits, never to a string or a bool."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Number and str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("duplicate key")
+    return found
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _missing_status(item: Item) -> bool:

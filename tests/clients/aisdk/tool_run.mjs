@@ -1,13 +1,13 @@
 // One AI SDK tool loop through an Open Responses endpoint: generateText with one tool and two
 // steps (the model calls the tool, then answers with its result). Prints the final text.
 //
-//   node tool_run.mjs http://127.0.0.1:8787/v1
+//   node tool_run.mjs http://127.0.0.1:8787/v1 ["what are the latest sales?"]
 import { createOpenResponses } from "@ai-sdk/open-responses";
 import { generateText, jsonSchema, stepCountIs, tool } from "ai";
 
-const [base] = process.argv.slice(2);
+const [base, prompt = "what are the latest sales?"] = process.argv.slice(2);
 if (!base) {
-  console.error("usage: node tool_run.mjs BASE_URL   (e.g. http://127.0.0.1:8787/v1)");
+  console.error("usage: node tool_run.mjs BASE_URL [PROMPT]   (e.g. http://127.0.0.1:8787/v1)");
   process.exit(2);
 }
 
@@ -30,7 +30,7 @@ const salesReport = tool({
 
 const { text } = await generateText({
   model: provider("scripted"),
-  prompt: "what are the latest sales?",
+  prompt,
   tools: { get_latest_sales_report: salesReport },
   stopWhen: stepCountIs(2),
   maxRetries: 0,
