@@ -15,9 +15,9 @@ Item = Mapping[str, Any]
 
 # What a typeless item must carry to be read as each kind once the spec's defaults apply: every
 # input item schema defaults its `type`, so a lenient server reads an item without one as any
-# schema whose other required fields it has. `type: null` reads the same (ItemReferenceParam
-# allows it; a server that takes null for absent reads it as anything). A function_call needs
-# no `arguments`: fastresponses, a lenient server, defaults them to "".
+# schema whose other required fields it has. A `type` that is null, "" or false reads the same
+# (ItemReferenceParam allows null; `item.type || default` takes any of them for absent). A
+# function_call needs no `arguments`: fastresponses, a lenient server, defaults them to "".
 _SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (ITEM_REFERENCE, ("id",)),
     (MESSAGE, ("role",)),
@@ -30,12 +30,12 @@ _SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def readings(item: Item) -> frozenset[str]:
-    """The kinds an item without a `type` (or with `type: null`) can be read as.
+    """The kinds an item without a `type` (or with a null, empty or false one) can be read as.
 
     A server that applies the spec's defaults reads it as any of them; one reading is the
     item's kind, several make it ambiguous. Typed items have no readings: their type is their kind.
     """
-    if item.get("type") is not None:
+    if item.get("type"):
         return frozenset()
     return frozenset(k for k, needed in _SIGNATURES if all(f in item for f in needed))
 
@@ -49,7 +49,7 @@ def kind(item: Any) -> str | None:
     if not isinstance(item, dict):
         return None
     item_type = item.get("type")
-    if item_type is None:
+    if not item_type:
         found = readings(item)
         return next(iter(found)) if len(found) == 1 else None
     return item_type if isinstance(item_type, str) else None

@@ -493,6 +493,27 @@ CLASSIFIED = [
     ),
     pytest.param([typeless(output("c"))], {}, None, [(0, "orphan")], id="typeless-output-orphan"),
     pytest.param(
+        [call("c", GLOBAL), output("c") | {"type": ""}],
+        {},
+        None,
+        [(1, "arguments_schema")],
+        id="empty-type-output-gated",
+    ),
+    pytest.param(
+        [call("c", GLOBAL), output("c") | {"type": False}],
+        {},
+        None,
+        [(1, "arguments_schema")],
+        id="false-type-output-gated",
+    ),
+    pytest.param(
+        [without(call("c", type=""), "id"), output("c")],
+        {},
+        None,
+        [(1, "not_function_call")],
+        id="empty-type-call",
+    ),
+    pytest.param(
         [call("c"), typeless(output("c")), typeless(output("c"))],
         {},
         None,
