@@ -13,31 +13,33 @@ MESSAGE = "message"
 Item = Mapping[str, Any]
 
 
-# What a typeless item must carry to be read as each kind once the spec's defaults apply: every
-# input item schema defaults its `type`, so a lenient server reads an item without one as any
-# schema whose other required fields it has. A `type` that is null, "" or false reads the same
-# (ItemReferenceParam allows null; `item.type || default` takes any of them for absent). A
-# function_call needs no `arguments`: fastresponses, a lenient server, defaults them to "".
-_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (ITEM_REFERENCE, ("id",)),
-    (MESSAGE, ("role",)),
-    (MESSAGE, ("content",)),
-    (FUNCTION_CALL, ("call_id", "name")),
-    (FUNCTION_CALL_OUTPUT, ("call_id", "output")),
-    ("reasoning", ("summary",)),
-    ("compaction", ("encrypted_content",)),
-)
-
-
 def readings(item: Item) -> frozenset[str]:
     """The kinds an item without a `type` (or with a null, empty or false one) can be read as.
 
-    A server that applies the spec's defaults reads it as any of them; one reading is the
-    item's kind, several make it ambiguous. Typed items have no readings: their type is their kind.
+    Every input item schema of the spec defaults its `type`, so a lenient server reads a
+    typeless item as any schema whose other required fields it has. A null, "" or false type
+    reads the same (ItemReferenceParam allows null; `item.type || default` takes any of them
+    for absent). A function_call needs no `arguments`: fastresponses, a lenient server,
+    defaults them to "". One reading is the item's kind, several make it ambiguous; typed
+    items have none: their type is their kind.
     """
     if item.get("type"):
         return frozenset()
-    return frozenset(k for k, needed in _SIGNATURES if all(f in item for f in needed))
+    found = set()
+    if "id" in item:
+        found.add(ITEM_REFERENCE)
+    if "role" in item or "content" in item:
+        found.add(MESSAGE)
+    if "call_id" in item:
+        if "name" in item:
+            found.add(FUNCTION_CALL)
+        if "output" in item:
+            found.add(FUNCTION_CALL_OUTPUT)
+    if "summary" in item:
+        found.add("reasoning")
+    if "encrypted_content" in item:
+        found.add("compaction")
+    return frozenset(found)
 
 
 def kind(item: Any) -> str | None:

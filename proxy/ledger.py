@@ -155,7 +155,8 @@ def _refuse(name: str) -> Any:
 
 
 def _missing_status(item: Item) -> bool:
-    return items.kind(item) == items.FUNCTION_CALL and item.get("status") is None
+    # A typeless call fails `namespaced` whatever its status: only typed ones are looked up.
+    return item.get("type") == items.FUNCTION_CALL and item.get("status") is None
 
 
 class Store(Protocol):
