@@ -220,12 +220,15 @@ class Ledger:
         ]
         # The calls whose emission the gate may ask about: every candidate under provenance,
         # else the function_calls replayed without a status (judged by the recorded one).
-        call_ids = [
-            key
-            for item in listed
-            if provenance or (isinstance(item, dict) and _missing_status(item))
-            if (key := items.pairing_key(item)) is not None
-        ]
+        # Each once: a call_id given many times would fetch its recorded calls many times.
+        call_ids = list(
+            dict.fromkeys(
+                key
+                for item in listed
+                if provenance or (isinstance(item, dict) and _missing_status(item))
+                if (key := items.pairing_key(item)) is not None
+            )
+        )
         if not isinstance(previous, str) and not reference_ids and not call_ids:
             return None
         view = LedgerView()

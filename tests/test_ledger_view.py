@@ -132,3 +132,13 @@ async def test_a_call_without_status_is_looked_up_without_provenance() -> None:
     # With a status, the call is judged as given: nothing to look up.
     given = {"input": [sales_call("c"), sales_output("c")]}
     assert await ledger.view("t", given, provenance=False) is None
+
+
+async def test_a_call_id_given_many_times_is_looked_up_once() -> None:
+    backend = MemoryStore(max_responses=10, ttl_s=60)
+    ledger = Ledger(backend, max_chain=8, fail_open=False)
+    await backend.put("t", Recording("resp_1", None, (sales_call("c"),)))
+    body = {"input": [replayed()] * 1000 + [sales_output("c")]}
+    view = await ledger.view("t", body, provenance=True)
+    assert view is not None
+    assert view.emitted_statuses(replayed()) == ["completed"]
