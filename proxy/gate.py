@@ -32,15 +32,20 @@ REASONS = (
     "unknown_tool",
     "arguments_schema",
 )
+# Item-level reasons: about one item of `input` itself, found beside any output's reason.
 ENVELOPE = "envelope"
-ALL_REASONS = (*REASONS, ENVELOPE)
+AMBIGUOUS_ITEM = "ambiguous_item"
+UNKNOWN_REFERENCE = "unknown_reference"
+ITEM_REASONS = (ENVELOPE, AMBIGUOUS_ITEM, UNKNOWN_REFERENCE)
+ALL_REASONS = (*REASONS, *ITEM_REASONS)
 
 
 class Recorded(Protocol):
     """What the proxy recorded of earlier upstream responses (the ledger), as the gate sees it.
 
-    `trust_unpaired` is true when the history a request names could not be read and the
-    config fails open: an output with no pair then passes instead of being an `orphan`.
+    `trust_unpaired` is true when the previous response a request names could not be read
+    and the config fails open: an output with no pair then passes instead of being an `orphan`.
+    It waives nothing else.
     """
 
     trust_unpaired: bool
@@ -53,8 +58,9 @@ class Recorded(Protocol):
         """The recorded item an `item_reference` names, if any."""
         ...
 
-    def emitted(self, call: Item) -> bool:
-        """Whether an upstream response emitted this call (same `call_id`, `name`, `arguments`)."""
+    def emitted_statuses(self, call: Item) -> Sequence[Any]:
+        """The `status` of each call with this call's `call_id`, `name` and `arguments` that an
+        upstream response relayed to this tenant emitted; empty when none did."""
         ...
 
 
@@ -69,8 +75,8 @@ class NothingRecorded:
     def item(self, item_id: str) -> Item | None:
         return None
 
-    def emitted(self, call: Item) -> bool:
-        return False
+    def emitted_statuses(self, call: Item) -> Sequence[Any]:
+        return ()
 
 
 NOTHING_RECORDED = NothingRecorded()
@@ -88,6 +94,8 @@ class Finding:
     name: str | None = None
     fail: tuple[Violation, ...] = ()
     arguments: Any = None
+    # The `id` an unknown `item_reference` names.
+    reference: str | None = None
 
     def as_dict(self, *, include_arguments: bool = False) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -99,6 +107,8 @@ class Finding:
         }
         if self.reason == "arguments_schema":
             found["fail"] = [v.as_dict() for v in self.fail]
+        if self.reason == UNKNOWN_REFERENCE:
+            found["id"] = self.reference
         if include_arguments:
             found["arguments"] = self.arguments
         return found
@@ -111,6 +121,11 @@ class Finding:
             return f"{where}: a Chat Completions message inside input: envelope"
         if self.reason == "orphan":
             return f"{where}: no function_call with this call_id precedes it: orphan"
+        if self.reason == AMBIGUOUS_ITEM:
+            return f"{where}: an item without a type reads as more than one kind: {self.reason}"
+        if self.reason == UNKNOWN_REFERENCE:
+            named = f" {self.reference}" if self.reference is not None else ""
+            return f"{where}: item_reference{named} names no item the proxy relayed: {self.reason}"
         detail = self.reason
         if self.fail:
             detail += " at " + ", ".join(f"{v.path or '/'} ({v.reason})" for v in self.fail)
@@ -213,6 +228,9 @@ class _Inspection:
         self.referenced: dict[str, list[int]] = {}
         self.resolved: dict[int, Item] = {}
         self.outputs: dict[str, list[int]] = {}
+        # Items that are findings of their own: references to nothing recorded, ambiguous items.
+        self.unknown: set[int] = set()
+        self.ambiguous: set[int] = set()
         self.kinds = [items.kind(item) for item in input_items]
         for index, item in enumerate(input_items):
             item_kind = self.kinds[index]
@@ -223,11 +241,17 @@ class _Inspection:
             elif item_kind == items.ITEM_REFERENCE:
                 ref = items.reference_id(item)
                 resolved = recorded.item(ref) if ref is not None else None
-                key = items.pairing_key(resolved) if resolved is not None else None
-                if resolved is not None and key is not None:
+                if resolved is None:
+                    # An upstream that stores items may resolve it to anything, an output too.
+                    self.unknown.add(index)
+                    continue
+                key = items.pairing_key(resolved)
+                if key is not None:
                     self.referenced.setdefault(key, []).append(index)
                     self.resolved[index] = resolved
             elif isinstance(item, dict):
+                if item_kind is None and items.is_ambiguous(item):
+                    self.ambiguous.add(index)
                 key = items.pairing_key_of(item, item_kind)
                 if key is not None:
                     self.candidates.setdefault(key, []).append(index)
@@ -246,6 +270,13 @@ class _Inspection:
                         call_id if isinstance(call_id, str) else None,
                     )
                 )
+            if index in self.ambiguous:
+                call_id = item.get("call_id")
+                key = call_id if isinstance(call_id, str) else None
+                findings.append(self.finding(index, key, AMBIGUOUS_ITEM))
+            elif index in self.unknown:
+                unknown = self.finding(index, None, UNKNOWN_REFERENCE)
+                findings.append(replace(unknown, reference=items.reference_id(item)))
             # An output that also carries an envelope key is still gated: the envelope's action
             # (say `log`) must not let its call past a stricter reason's action.
             if self.kinds[index] == items.FUNCTION_CALL_OUTPUT:
@@ -337,14 +368,27 @@ class _Inspection:
 
     def check_call(self, call: Item) -> str | tuple[Violation, ...] | None:
         """The first reason the paired item fails, schema violations, or None when it passes."""
-        if self.policy.require_provenance and not self.recorded.emitted(call):
+        status = call.get("status")
+        # Asked only when it matters: most replayed calls carry their status.
+        emitted: Sequence[Any] = ()
+        if self.policy.require_provenance or status is None:
+            emitted = self.recorded.emitted_statuses(call)
+        if self.policy.require_provenance and not (
+            emitted and (status is None or status in emitted)
+        ):
             return "provenance"
+        # The paired item must say it is a function_call: a typeless one pairs, and fails here.
         item_type = call.get("type")
         if items.is_namespaced(item_type):
             return "namespaced"
         if item_type != items.FUNCTION_CALL:
             return "not_function_call"
-        status = call.get("status")
+        if status is None and emitted:
+            # A call replayed without its status is judged by the status the proxy relayed it
+            # with; when it was relayed with several, by none of them.
+            if any(s != emitted[0] for s in emitted):
+                return "status"
+            status = emitted[0]
         if status != "completed" and not (status is None and self.policy.allow_missing_status):
             return "status"
         arguments = call.get("arguments")
@@ -399,7 +443,7 @@ class _Inspection:
         for f in findings:
             if f.action == "strip":
                 removed.add(f.index)
-                if f.reason != ENVELOPE and f.call_id is not None:
+                if f.reason not in ITEM_REASONS and f.call_id is not None:
                     latest[f.call_id] = max(latest.get(f.call_id, f.index), f.index)
         for call_id, index in latest.items():
             for pool in (self.candidates.get(call_id, []), self.referenced.get(call_id, [])):

@@ -13,21 +13,54 @@ MESSAGE = "message"
 Item = Mapping[str, Any]
 
 
-def kind(item: Any) -> str | None:
-    """The item's kind: its `type`, `message` for a typeless item with `role`, else None.
+def readings(item: Item) -> frozenset[str]:
+    """The kinds an item without a `type` (or with a null, empty or false one) can be read as.
 
-    A typeless item with an `id` and no `role` is an `item_reference` (the spec allows `{"id": …}`).
+    Every input item schema of the spec defaults its `type`, so a lenient server reads a
+    typeless item as any schema whose other required fields it has. A null, "" or false type
+    reads the same (ItemReferenceParam allows null; `item.type || default` takes any of them
+    for absent). A function_call needs no `arguments`: fastresponses, a lenient server,
+    defaults them to "". One reading is the item's kind, several make it ambiguous; typed
+    items have none: their type is their kind.
+    """
+    if item.get("type"):
+        return frozenset()
+    found = set()
+    if "id" in item:
+        found.add(ITEM_REFERENCE)
+    if "role" in item or "content" in item:
+        found.add(MESSAGE)
+    if "call_id" in item:
+        if "name" in item:
+            found.add(FUNCTION_CALL)
+        if "output" in item:
+            found.add(FUNCTION_CALL_OUTPUT)
+    if "summary" in item:
+        found.add("reasoning")
+    if "encrypted_content" in item:
+        found.add("compaction")
+    return frozenset(found)
+
+
+def kind(item: Any) -> str | None:
+    """The item's kind: its `type`; for a typeless item, the one kind the spec's defaults read
+    it as (`{"call_id", "output"}` is a function_call_output, `{"id"}` an item_reference, an
+    item with `role` a message); None when it is not an object, its type is not a string, or it
+    reads as no kind or as several (`is_ambiguous`).
     """
     if not isinstance(item, dict):
         return None
     item_type = item.get("type")
-    if item_type is None:
-        if "role" in item:
-            return MESSAGE
-        if "id" in item:
-            return ITEM_REFERENCE
-        return None
+    if not item_type:
+        found = readings(item)
+        return next(iter(found)) if len(found) == 1 else None
     return item_type if isinstance(item_type, str) else None
+
+
+def is_ambiguous(item: Any) -> bool:
+    """A typeless item that the spec's defaults read as more than one kind: one server would
+    take it for a function_call_output where the gate sees a message, or a call for a reference."""
+    return isinstance(item, dict) and len(readings(item)) > 1
 
 
 def is_output(item: Any) -> bool:

@@ -64,13 +64,15 @@ class Recording:
 class LedgerView:
     """What the ledger holds for one request, as the gate's `Recorded`.
 
-    `trust_unpaired` is set when the history could not be read (an unknown previous response,
+    `trust_unpaired` is set when the named previous response could not be read (unknown, or
     a store fault) and the config says to fail open: then an output with no pair is let through.
+    Nothing else is waived: provenance and recorded statuses come only from what was read.
     """
 
     chain_calls: dict[str, list[Item]] = field(default_factory=dict)
     by_id: dict[str, Item] = field(default_factory=dict)
-    emitted_calls: dict[str, list[tuple[Any, Any]]] = field(default_factory=dict)
+    # call_id -> (name, arguments, status) of each function_call emitted upstream.
+    emitted_calls: dict[str, list[tuple[Any, Any, Any]]] = field(default_factory=dict)
     trust_unpaired: bool = False
 
     def calls(self, call_id: str) -> Sequence[Item]:
@@ -79,12 +81,11 @@ class LedgerView:
     def item(self, item_id: str) -> Item | None:
         return self.by_id.get(item_id)
 
-    def emitted(self, call: Item) -> bool:
-        if self.trust_unpaired:
-            return True
+    def emitted_statuses(self, call: Item) -> Sequence[Any]:
         key = items.pairing_key(call)
         found = self.emitted_calls.get(key, ()) if key is not None else ()
-        return (call.get("name"), call.get("arguments")) in found
+        name, arguments = call.get("name"), call.get("arguments")
+        return [status for n, a, status in found if n == name and same_arguments(a, arguments)]
 
     def add_chain(self, recordings: Iterable[Recording]) -> None:
         for recording in recordings:
@@ -97,7 +98,65 @@ class LedgerView:
     def add_emitted(self, item: Item) -> None:
         key = items.pairing_key(item)
         if key is not None and item.get("type") == items.FUNCTION_CALL:
-            self.emitted_calls.setdefault(key, []).append((item.get("name"), item.get("arguments")))
+            emitted = (item.get("name"), item.get("arguments"), item.get("status"))
+            self.emitted_calls.setdefault(key, []).append(emitted)
+
+
+def same_arguments(emitted: Any, replayed: Any) -> bool:
+    """Whether a replayed call's `arguments` are the ones emitted: the same string, or strict
+    JSON texts of the same value, numbers written alike.
+
+    A client that parsed the arguments and replays `JSON.stringify` of them (the AI SDK) changes
+    spacing, key order and escapes, not the call. A number written otherwise (`1.0` for `1`)
+    is not the same: readers that keep every digit may read the two apart.
+    """
+    if emitted == replayed:
+        return True
+    if not isinstance(emitted, str) or not isinstance(replayed, str):
+        return False
+    try:
+        return bool(_as_written(emitted) == _as_written(replayed))
+    except (ValueError, RecursionError):
+        return False
+
+
+def _as_written(text: str) -> Any:
+    """The JSON value of `text`, each number kept as its text; ValueError unless strict JSON."""
+    return json.loads(
+        text,
+        object_pairs_hook=_unique,
+        parse_int=_Number,
+        parse_float=_Number,
+        parse_constant=_refuse,
+    )
+
+
+class _Number(str):
+    """A number as written: equal only to the same digits, never to a string or a bool."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Number and str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("duplicate key")
+    return found
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _missing_status(item: Item) -> bool:
+    # A typeless call fails `namespaced` whatever its status: only typed ones are looked up.
+    return item.get("type") == items.FUNCTION_CALL and item.get("status") is None
 
 
 class Store(Protocol):
@@ -159,9 +218,17 @@ class Ledger:
             if items.is_reference(item)
             if (ref := items.reference_id(item)) is not None
         ]
-        call_ids = []
-        if provenance:
-            call_ids = [key for item in listed if (key := items.pairing_key(item)) is not None]
+        # The calls whose emission the gate may ask about: every candidate under provenance,
+        # else the function_calls replayed without a status (judged by the recorded one).
+        # Each once: a call_id given many times would fetch its recorded calls many times.
+        call_ids = list(
+            dict.fromkeys(
+                key
+                for item in listed
+                if provenance or (isinstance(item, dict) and _missing_status(item))
+                if (key := items.pairing_key(item)) is not None
+            )
+        )
         if not isinstance(previous, str) and not reference_ids and not call_ids:
             return None
         view = LedgerView()
@@ -179,7 +246,8 @@ class Ledger:
         except LedgerFault as exc:
             self.fault("read", exc)
             missing = True
-        view.trust_unpaired = self.fail_open and missing
+        # Only an unknown previous response is waived; a request that names none pairs inline.
+        view.trust_unpaired = self.fail_open and missing and isinstance(previous, str)
         return view
 
     async def record(self, tenant: str, response: Mapping[str, Any]) -> None:

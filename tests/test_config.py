@@ -139,6 +139,14 @@ def test_defaults(tmp_path: Path, text: str) -> None:
     assert config.ledger.backend == "memory"
 
 
+@pytest.mark.parametrize("reason", ["unknown_reference", "ambiguous_item", "envelope"])
+def test_item_level_reasons_take_their_own_action(reason: str) -> None:
+    config = parse_config({"gate": {"action": "block", "actions": {reason: "strip"}}})
+    assert config.gate.action_for(reason) == "strip"
+    assert config.gate.action_for("orphan") == "block"
+    assert parse_config({"gate": {"action": "log"}}).gate.action_for(reason) == "log"
+
+
 def test_example_config_shows_the_defaults() -> None:
     config = load_config(ROOT / "config.example.yaml")
     example = yaml.safe_load((ROOT / "config.example.yaml").read_text(encoding="utf-8"))

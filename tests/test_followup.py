@@ -20,8 +20,11 @@ from tests.conftest import (
     SALES_TOOL,
     Clients,
     ProxyFactory,
+    Received,
+    RecordingUpstream,
     RedisServer,
     audit_records,
+    sales_call,
     sales_output,
 )
 
@@ -197,6 +200,139 @@ async def test_provenance_rejects_a_call_the_model_never_made(
         await client.responses.create(model=MODEL, input=history, tools=tools)  # type: ignore[arg-type]
     assert isinstance(raised.value.body, dict)
     assert [f["reason"] for f in raised.value.body["findings"]] == ["provenance"]
+
+
+def ledger_settings(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    if backend == "memory":
+        return {"backend": "memory"}
+    redis_server: RedisServer = request.getfixturevalue("redis_server")
+    return {"backend": "redis", "url": redis_server.url}
+
+
+# How clients that rebuild calls from their own records replay them (the AI SDK, LangChain):
+# no `status`, no `id`.
+def rebuilt(call: dict[str, Any]) -> dict[str, Any]:
+    return {k: call[k] for k in ("type", "call_id", "name", "arguments")}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_call_replayed_without_status_is_judged_by_the_status_it_was_relayed_with(
+    scripted_upstream: str,
+    start_proxy: ProxyFactory,
+    client_for: Clients,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    backend: str,
+    stream: bool,
+) -> None:
+    base = await start_proxy(scripted_upstream, ledger=ledger_settings(backend, request))
+    client = client_for(base)
+    _, call = await tool_turn(client, stream=stream)
+    question = {"role": "user", "content": "what are the latest sales?"}
+
+    answer = await create(
+        client,
+        stream=stream,
+        input=[question, rebuilt(call), sales_output(call["call_id"], "apac: 42")],
+    )
+    assert answer.output_text == "tool said: apac: 42"
+    assert audit_records(tmp_path) == []
+
+    # The proxy never relayed these calls: the seed's rule stands, a missing status fails.
+    other = AsyncOpenAI(base_url=base + "/v1", api_key="sk-tenant-b", max_retries=0)
+    never_relayed = [
+        (client, rebuilt(call) | {"arguments": json.dumps({"region": "emea"})}),
+        (client, rebuilt(call) | {"call_id": "call_never_made"}),
+        (other, rebuilt(call)),
+    ]
+    try:
+        for sender, replayed in never_relayed:
+            with pytest.raises(openai.BadRequestError) as raised:
+                await create(
+                    sender,
+                    stream=False,
+                    input=[question, replayed, sales_output(replayed["call_id"])],
+                )
+            assert isinstance(raised.value.body, dict)
+            assert [f["reason"] for f in raised.value.body["findings"]] == ["status"]
+    finally:
+        await other.close()
+
+
+def answers_with_one_call(status: str) -> Any:
+    """An upstream handler whose every answer emits one sales call with this `status`."""
+
+    async def handle(request: web.Request, received: Received) -> web.StreamResponse:
+        item = sales_call("call_1") | {"status": status}
+        return web.json_response({"object": "response", "id": "resp_1", "output": [item]})
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("emitted", "replayed", "status", "reasons"),
+    [
+        pytest.param("completed", "completed", 200, [], id="as-emitted"),
+        pytest.param("completed", None, 200, [], id="status-left-out"),
+        pytest.param(
+            "incomplete", "completed", 400, ["provenance"], id="incomplete-made-completed"
+        ),
+        pytest.param("incomplete", None, 400, ["status"], id="incomplete-status-left-out"),
+    ],
+)
+async def test_provenance_compares_the_status_too(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    emitted: str,
+    replayed: str | None,
+    status: int,
+    reasons: list[str],
+) -> None:
+    recording_upstream.handler = answers_with_one_call(emitted)
+    base = await start_proxy(recording_upstream.url, gate={"require_provenance": True})
+    call = sales_call("call_1")
+    if replayed is None:
+        del call["status"]
+    else:
+        call["status"] = replayed
+    replay = {"model": MODEL, "tools": TOOLS, "input": [call, sales_output("call_1")]}
+    headers = {"Authorization": "Bearer sk-test-client"}
+
+    async with aiohttp.ClientSession(headers=headers) as session:
+        async with session.post(base + "/v1/responses", json={"model": MODEL}) as first:
+            assert first.status == 200
+        async with session.post(base + "/v1/responses", json=replay) as answer:
+            assert answer.status == status
+            found = (await answer.json()).get("error", {}).get("findings", [])
+
+    assert [f["reason"] for f in found] == reasons
+    forwarded = [r.json() for r in recording_upstream.received[1:]]
+    assert forwarded == ([replay] if status == 200 else [])
+
+
+async def test_fail_open_does_not_waive_provenance(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory
+) -> None:
+    """An unknown previous response lets an unpaired output through under fail_open; a call the
+    model never made, sent inline beside it, is still refused."""
+    base = await start_proxy(
+        recording_upstream.url, ledger={"fail_open": True}, gate={"require_provenance": True}
+    )
+    body = {
+        "model": MODEL,
+        "tools": TOOLS,
+        "previous_response_id": "resp_unknown",
+        "input": [sales_output("c1"), sales_call("c2"), sales_output("c2")],
+    }
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(base + "/v1/responses", json=body) as answer,
+    ):
+        assert answer.status == 400
+        error = (await answer.json())["error"]
+    assert [(f["index"], f["reason"]) for f in error["findings"]] == [(2, "provenance")]
+    assert recording_upstream.received == []
 
 
 async def test_redis_down_fails_closed_promptly_and_recovers(

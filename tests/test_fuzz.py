@@ -134,12 +134,16 @@ OUTPUTS = mostly(
     st.fixed_dictionaries(
         {"type": st.just("function_call_output"), "call_id": CALL_IDS, "output": st.just("ok")}
     ),
-    st.fixed_dictionaries(
-        {
-            "type": st.just("function_call_output"),
-            "call_id": CALL_IDS,
-            "tool_call_id": CALL_IDS,
-        }
+    st.one_of(
+        st.fixed_dictionaries(
+            {
+                "type": st.just("function_call_output"),
+                "call_id": CALL_IDS,
+                "tool_call_id": CALL_IDS,
+            }
+        ),
+        # The spec's default `type`: a lenient upstream reads it as a function_call_output.
+        st.fixed_dictionaries({"call_id": CALL_IDS, "output": st.just("ok")}),
     ),
 )
 OTHERS = st.sampled_from(
@@ -343,7 +347,13 @@ def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def is_output(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("type") == "function_call_output"
+    # As a lenient upstream reads it: `type` defaults to function_call_output in its schema.
+    if not isinstance(item, dict):
+        return False
+    item_type = item.get("type")
+    return item_type == "function_call_output" or (
+        item_type is None and "call_id" in item and "output" in item
+    )
 
 
 def is_reference(item: Any) -> bool:

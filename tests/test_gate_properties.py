@@ -231,8 +231,8 @@ class Ledger:
     def item(self, item_id: str) -> Item | None:
         return next((item for item in self.upstream if item.get("id") == item_id), None)
 
-    def emitted(self, call: Item) -> bool:
-        return any(call is item for item in self.upstream)
+    def emitted_statuses(self, call: Item) -> Sequence[Any]:
+        return [item.get("status") for item in self.upstream if call is item]
 
 
 LEDGERS = st.builds(Ledger, st.lists(FUNCTION_CALLS | OTHER_ITEMS, max_size=3))

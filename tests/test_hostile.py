@@ -728,8 +728,8 @@ class CountingLedger:
         self.lookups += 1
         return self.by_id.get(item_id)
 
-    def emitted(self, call: Item) -> bool:
-        return False
+    def emitted_statuses(self, call: Item) -> tuple[str, ...]:
+        return ()
 
 
 def test_ten_thousand_item_references_are_each_resolved_once() -> None:
