@@ -10,7 +10,6 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
@@ -18,7 +17,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
-from proxy import body, routes
+from proxy import admission, body, routes
 from proxy.audit import AuditLog
 from proxy.boundary import (
     AUDIT,
@@ -28,17 +27,13 @@ from proxy.boundary import (
     REQUEST_ID,
     Current,
     Live,
-    Unauthorized,
-    blocked,
-    error_response,
-    judge,
     new_request_id,
     tenant_of,
-    unauthorized,
-    upstream_failed,
+    upstream_failure,
     upstream_headers,
 )
 from proxy.config import Config
+from proxy.errors import ProxyError, internal_error
 from proxy.http1 import Answer
 from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
@@ -52,11 +47,8 @@ log = logging.getLogger("replay_proxy")
 # Methods that never carry a request to create a response; on a gated path they pass through
 # only when they have no body.
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
-# Headers of the client's not to relay, beyond those the upstream hop sets itself: a gated
-# body goes upstream decoded (exactly the bytes the gate judged), so its Content-Encoding no
-# longer applies.
+# Headers of the client's not to relay, beyond those the upstream hop sets itself.
 _KEEP_ALL: frozenset[str] = frozenset()
-_DECODED_DROP = frozenset({"content-encoding"})
 
 
 class _ClientFaults(logging.Filter):
@@ -83,14 +75,48 @@ TARGET = web.RequestKey("target", routes.Target)
 
 @web.middleware
 async def check_target(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A request target that is not valid origin-form or absolute-form is answered 400 here,
+    """A request target that is not valid origin-form or absolute-form is refused (400) here,
     whatever the path and method, before any handler (an admin one too) runs."""
     try:
         request[TARGET] = routes.read_target(request.raw_path)
     except routes.TargetError as exc:
         request.app[METRICS].requests.labels("any", "invalid_target").inc()
-        return error_response(400, "invalid_request_target", str(exc))
+        raise ProxyError(400, "invalid_request_target", str(exc)) from None
     return await handler(request)
+
+
+@web.middleware
+async def answer_failures(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place a failure becomes an answer: a ProxyError in the API's error shape, and
+    anything unexpected (a bug) a 500 naming the request id, its traceback in the log."""
+    try:
+        return await handler(request)
+    except ProxyError as exc:
+        failure = exc
+    except web.HTTPException:
+        raise  # aiohttp's own answers (none of the proxy's routes raise one)
+    except Exception:
+        request_id = request[REQUEST_ID]
+        log.exception("%s unexpected error: %s %s", request_id, request.method, request.raw_path)
+        if request.writer.output_size:
+            # The answer has begun: no other can follow. aiohttp closes the connection, so
+            # that the client cannot mistake what it got for the whole answer.
+            raise
+        failure = internal_error(request_id)
+    response = answer(admission.answer_to(failure))
+    if failure.close:
+        response.force_close()
+    return response
+
+
+def answer(decided: admission.Answer) -> web.Response:
+    """The HTTP answer to a request admission, or a failure, answers here."""
+    return web.Response(
+        status=decided.status,
+        body=orjson.dumps(decided.body),
+        content_type="application/json",
+        headers=decided.headers,
+    )
 
 
 @web.middleware
@@ -116,8 +142,9 @@ def make_app(config: Config) -> web.Application:
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
-        # The id first, so that every answer, a refused target's too, carries it.
-        middlewares=[_identify, check_target],
+        # The id first, so that every answer, a refused target's too, carries it; then the
+        # place failures become answers, around everything that may fail.
+        middlewares=[_identify, answer_failures, check_target],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
@@ -182,7 +209,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         # Dropped as hop-by-hop, such a header would leave the upstream reading the body
         # differently from the proxy.
         request.app[METRICS].requests.labels("any", "invalid").inc()
-        return error_response(
+        raise ProxyError(
             400,
             "invalid_connection_header",
             f"Connection names {named[0]}, which gives the body its meaning and is never dropped",
@@ -200,12 +227,12 @@ async def _proxy(request: web.Request, current: Current) -> web.StreamResponse:
     if target.own:
         request.app[METRICS].requests.labels("any", "not_found").inc()
         message = f"{request.method} {target.path}: no such admin endpoint; /-/ is never forwarded"
-        return error_response(404, "not_found", message)
+        raise ProxyError(404, "not_found", message)
     try:
         tenant = tenant_of(request.headers, current.config)
-    except Unauthorized:
+    except ProxyError:
         request.app[METRICS].requests.labels("any", "unauthorized").inc()
-        return unauthorized()
+        raise
     gated = target.gated
     if gated is not None and is_websocket(request):
         return await relay_websocket(request, current, tenant, gated, target.query)
@@ -242,43 +269,61 @@ async def relay(
         )
     except UpstreamError as exc:
         app[METRICS].requests.labels(route, "upstream_error").inc()
-        return upstream_failed(request[REQUEST_ID], f"{request.method} {target}", exc)
+        raise upstream_failure(request[REQUEST_ID], f"{request.method} {target}", exc) from None
     finally:
         streams.dec()
     app[METRICS].requests.labels(route, outcome).inc()
     return response
 
 
-@dataclass(frozen=True)
-class _Forward:
-    """What goes upstream once a body has passed the gate: only bytes, so that the parsed
-    body is freed before the upstream is waited for (a 1 MB body parses to several MB)."""
-
-    data: bytes
-    drop: frozenset[str]
-    extra_headers: Mapping[str, str] | None
-    outcome: str
-
-
 async def gate(
     request: web.Request, current: Current, tenant: str | None, path: str, query: str
 ) -> web.StreamResponse:
-    """Read, parse and gate a request body; block it, or forward it whole or stripped."""
+    """Read a request body and run it through admission: answer it here, or forward it."""
     app = request.app
     config = current.config
     route = routes.GATED[path]
-    decided = await _decide(request, config, tenant, path, route)
-    if isinstance(decided, web.StreamResponse):
-        return decided
+    headers = request.headers
+    content_type = ", ".join(headers.getall("Content-Type", ()))
+    started = time.perf_counter()
+    try:
+        # Refused before the body is read: no need to wait for one that will not be read.
+        body.check_content_type(content_type)
+        raw = await read_raw(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
+    except body.BodyError:
+        app[METRICS].requests.labels(route, "invalid").inc()
+        raise
+    except TimeoutError:
+        app[METRICS].requests.labels(route, "invalid").inc()
+        timeout_s = config.limits.body_timeout_s
+        message = f"the body did not arrive within {timeout_s:g} s"
+        raise ProxyError(408, "body_timeout", message, close=True) from None
+    request_id = request[REQUEST_ID]
+    decided = await admission.admit(
+        admission.Request(
+            raw,
+            path,
+            "http",
+            request_id,
+            tenant,
+            content_type,
+            ", ".join(headers.getall("Content-Encoding", ())),
+            started,
+        ),
+        config,
+        ledger=app[LEDGER],
+        audit_log=app[AUDIT],
+        metrics=app[METRICS],
+    )
+    if isinstance(decided, admission.Answer):
+        return answer(decided)
     tap_for = None
-    headers = upstream_headers(request.headers, config, decided.drop)
-    if route == "responses":
-        tap_for = _tap_for(
-            app[LEDGER], tenant or "-", config.limits.max_body_bytes, request[REQUEST_ID]
-        )
-        if "Accept-Encoding" in headers:
-            headers["Accept-Encoding"] = readable_accept_encoding(
-                ", ".join(headers.popall("Accept-Encoding"))
+    upstream = upstream_headers(headers, config, decided.drop_headers)
+    if decided.record:
+        tap_for = _tap_for(app[LEDGER], tenant or "-", config.limits.max_body_bytes, request_id)
+        if "Accept-Encoding" in upstream:
+            upstream["Accept-Encoding"] = readable_accept_encoding(
+                ", ".join(upstream.popall("Accept-Encoding"))
             )
     return await relay(
         request,
@@ -286,58 +331,11 @@ async def gate(
         route,
         path + query,
         decided.data,
-        headers,
-        decided.extra_headers,
+        upstream,
+        decided.add_headers or None,
         decided.outcome,
         tap_for,
     )
-
-
-async def _decide(
-    request: web.Request, config: Config, tenant: str | None, path: str, route: str
-) -> web.StreamResponse | _Forward:
-    """The gate's answer to a request body: an answer of the proxy's own, or what to forward."""
-    app = request.app
-    started = time.perf_counter()
-    try:
-        body.check_content_type(", ".join(request.headers.getall("Content-Type", ())))
-        applied = body.codings(", ".join(request.headers.getall("Content-Encoding", ())))
-        raw = await read_raw(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
-        decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
-        parsed = body.parse(decoded)
-    except body.BodyError as exc:
-        app[METRICS].requests.labels(route, "invalid").inc()
-        return error_response(exc.status, exc.code, exc.message)
-    except TimeoutError:
-        app[METRICS].requests.labels(route, "invalid").inc()
-        timeout_s = config.limits.body_timeout_s
-        response = error_response(
-            408, "body_timeout", f"the body did not arrive within {timeout_s:g} s"
-        )
-        response.force_close()
-        return response
-    request_id = request[REQUEST_ID]
-    verdict = await judge(
-        app, config, parsed, raw, request_id=request_id, path=path, tenant=tenant, transport="http"
-    )
-    app[METRICS].gate_seconds.observe(time.perf_counter() - started)
-    if verdict.outcome == "block":
-        app[METRICS].requests.labels(route, "block").inc()
-        return web.Response(
-            status=400,
-            body=orjson.dumps(blocked(verdict, request_id)),
-            content_type="application/json",
-            headers={"x-should-retry": "false"},
-        )
-    header = verdict.header()
-    extra = {"x-replay-gate": header} if header else None
-    if verdict.outcome == "strip":
-        assert verdict.input is not None
-        stripped = body.stripped(parsed, verdict.input)
-        return _Forward(stripped, _DECODED_DROP, extra, "strip")
-    # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
-    # parse the coded bytes, which need not be the document the gate judged.
-    return _Forward(decoded, _DECODED_DROP, extra, "forward")
 
 
 def _tap_for(

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import brotli
@@ -13,21 +11,14 @@ import jiter
 import orjson
 
 from proxy import strictjson
+from proxy.errors import ProxyError
 
 _CHUNK = 64 * 1024
 _INFINITY = float("inf")
 
 
-@dataclass(frozen=True)
-class BodyError(Exception):
+class BodyError(ProxyError):
     """A body the proxy will not forward: the HTTP status and the error `code` that says why."""
-
-    status: int
-    code: str
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def check_content_type(content_type: str) -> None:
@@ -213,14 +204,3 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(value)
     except orjson.JSONEncodeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def error_body(
-    code: str,
-    message: str,
-    *,
-    param: str | None = None,
-    type_: str = "invalid_request_error",
-) -> Mapping[str, Any]:
-    """The API's error shape for an answer the proxy makes itself."""
-    return {"error": {"type": type_, "code": code, "message": message, "param": param}}

@@ -1,4 +1,4 @@
-"""What every transport shares: the live config, who the client is, and judging a body."""
+"""What the fronts share: the live config, the app's state, who the client is, its headers."""
 
 from __future__ import annotations
 
@@ -6,18 +6,16 @@ import hashlib
 import hmac
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy import audit, body
+from proxy import audit
 from proxy.audit import AuditLog
 from proxy.config import Config, ConfigError
-from proxy.gate import NOTHING_RECORDED, Verdict, inspect, rejection
+from proxy.errors import ProxyError
 from proxy.ledger import Ledger
 from proxy.metrics import Metrics
 from proxy.upstream import Upstream, UpstreamError, relayed_headers
@@ -96,13 +94,9 @@ def new_request_id() -> str:
     return "req_" + uuid.uuid4().hex
 
 
-class Unauthorized(Exception):
-    """The request names no client the config lets through."""
-
-
 def tenant_of(headers: CIMultiDictProxy[str], config: Config) -> str | None:
     """The tenant a request acts for: the name of its client when the config lists clients
-    (raises Unauthorized without a listed key), else a fingerprint of its credential."""
+    (a ProxyError 401 without a listed key), else a fingerprint of its credential."""
     credential = headers.get("Authorization") or headers.get("api-key")
     if not config.clients:
         return audit.tenant_of(credential)
@@ -116,18 +110,14 @@ def tenant_of(headers: CIMultiDictProxy[str], config: Config) -> str | None:
         if hmac.compare_digest(digest, client.key_sha256) and key:
             found = client.name
     if found is None:
-        raise Unauthorized
+        raise ProxyError(
+            401,
+            "invalid_api_key",
+            "a valid API key for this proxy is required",
+            headers={"WWW-Authenticate": "Bearer"},
+            type="authentication_error",
+        )
     return found
-
-
-def unauthorized() -> web.Response:
-    return error_response(
-        401,
-        "invalid_api_key",
-        "a valid API key for this proxy is required",
-        headers={"WWW-Authenticate": "Bearer"},
-        type_="authentication_error",
-    )
 
 
 def upstream_headers(
@@ -141,65 +131,8 @@ def upstream_headers(
     return out
 
 
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    headers: Mapping[str, str] | None = None,
-    type_: str | None = None,
-) -> web.Response:
-    """Every answer the proxy makes itself: the API's `{"error": {...}}` shape, typed
-    `server_error` for a 5xx (the spec's mapping) unless `type_` says otherwise."""
-    if type_ is None:
-        type_ = "server_error" if status >= 500 else "invalid_request_error"
-    return web.Response(
-        status=status,
-        body=orjson.dumps(body.error_body(code, message, type_=type_)),
-        content_type="application/json",
-        headers=headers,
-    )
-
-
-def upstream_failed(request_id: str, what: str, exc: UpstreamError) -> web.Response:
-    """The answer to a request no upstream answer could be had for. Its message names the
+def upstream_failure(request_id: str, what: str, exc: UpstreamError) -> ProxyError:
+    """The failure of a request no upstream answer could be had for. Its message names the
     failure only; the detail (an address, a socket error) goes to the log."""
     log.warning("%s %s: %s: %s", request_id, what, exc.code, exc.detail)
-    return error_response(exc.status, exc.code, exc.message)
-
-
-def blocked(verdict: Verdict, request_id: str) -> dict[str, Any]:
-    """The error body of a blocked request, naming its audit record's `request_id`."""
-    answer = rejection(verdict)
-    answer["error"]["request_id"] = request_id
-    return answer
-
-
-async def judge(
-    app: web.Application,
-    config: Config,
-    parsed: dict[str, Any],
-    raw: bytes,
-    *,
-    request_id: str,
-    path: str,
-    tenant: str | None,
-    transport: str,
-) -> Verdict:
-    """Gate a parsed body against its recorded history; count and audit what it finds."""
-    view = await app[LEDGER].view(tenant or "-", parsed, provenance=config.gate.require_provenance)
-    verdict = inspect(parsed, config.gate, view or NOTHING_RECORDED)
-    if verdict.findings:
-        for finding in verdict.findings:
-            app[METRICS].findings.labels(finding.reason, finding.action).inc()
-        app[AUDIT].write(
-            audit.Request(
-                request_id=request_id,
-                transport=transport,
-                path=path,
-                body=parsed,
-                raw=raw,
-                tenant=tenant,
-            ),
-            verdict,
-        )
-    return verdict
+    return ProxyError(exc.status, exc.code, exc.message)

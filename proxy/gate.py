@@ -12,6 +12,7 @@ from jsonschema.exceptions import SchemaError
 
 from proxy import items, strictjson
 from proxy.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
+from proxy.errors import error_document
 from proxy.items import Item
 from proxy.schemas import LRU, Compiled, SchemaCache, Violation, check_terminates, compile_schema
 
@@ -489,20 +490,20 @@ def _check_arguments(
     return "ok"
 
 
-def rejection(verdict: Verdict) -> dict[str, Any]:
-    """The API error body for a blocked request (also a WebSocket error event's `error`)."""
+def rejection(verdict: Verdict, **extra: Any) -> dict[str, Any]:
+    """The API error body for a blocked request (also a WebSocket error event's `error`);
+    `extra` adds fields after `findings` (the `request_id`)."""
     blocking = [f for f in verdict.findings if f.action == "block"] or list(verdict.findings)
     first = blocking[0]
     message = first.describe()
     if len(verdict.findings) > 1:
         message += f" (and {len(verdict.findings) - 1} more finding"
         message += "s)" if len(verdict.findings) > 2 else ")"
-    return {
-        "error": {
-            "type": "invalid_request_error",
-            "code": "replay_rejected",
-            "param": f"input[{first.index}]",
-            "message": message,
-            "findings": [f.as_dict() for f in verdict.findings],
-        }
-    }
+    return error_document(
+        "invalid_request_error",
+        "replay_rejected",
+        message,
+        f"input[{first.index}]",
+        findings=[f.as_dict() for f in verdict.findings],
+        **extra,
+    )

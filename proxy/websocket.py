@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,20 +11,19 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy import body
+from proxy import admission
 from proxy.boundary import (
+    AUDIT,
     LEDGER,
     LIVE,
     METRICS,
     REQUEST_ID,
     Current,
-    blocked,
-    judge,
     new_request_id,
-    upstream_failed,
+    upstream_failure,
     upstream_headers,
 )
-from proxy.config import Config
+from proxy.errors import ProxyError, internal_error
 from proxy.tap import ResponseTap
 from proxy.upstream import UpstreamError
 
@@ -56,7 +54,7 @@ async def relay_websocket(
 
     The upgrade answer's `x-request-id` names the connection; each frame the gate judges gets
     an id of its own (its audit record's, and its error frame's `error.request_id`), logged
-    with the connection's when the frame is blocked.
+    with the connection's when the frame is answered here.
     """
     app = request.app
     connection_id = request[REQUEST_ID]
@@ -72,7 +70,7 @@ async def relay_websocket(
             limit,
         )
     except UpstreamError as exc:
-        return upstream_failed(connection_id, f"WebSocket {path}", exc)
+        raise upstream_failure(connection_id, f"WebSocket {path}", exc) from None
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
     )
@@ -109,19 +107,15 @@ async def _client_frames(
 ) -> None:
     async for message in client:
         if message.type == aiohttp.WSMsgType.TEXT:
-            # Each frame is gated under the config in force when it arrives (reloads apply).
-            config = app[LIVE].current.config
-            reply, forward = await _gate_frame(
-                app, config, message.data, path, tenant, connection_id
-            )
+            reply, forward = await _gate_frame(app, message.data, path, tenant, connection_id)
             if reply is not None:
                 await client.send_str(reply)
             if forward is not None:
                 await upstream.send_str(forward)
         elif message.type == aiohttp.WSMsgType.BINARY:
             # A binary frame could carry a request the upstream parses: it is never relayed.
-            error = body.error_body("invalid_frame", "binary frames are not accepted")
-            await client.send_str(_error_event(400, error))
+            refused = ProxyError(400, "invalid_frame", "binary frames are not accepted")
+            await client.send_str(_error_event(admission.answer_to(refused)))
         else:
             break
 
@@ -139,48 +133,41 @@ async def _upstream_frames(
             break
 
 
-def _error_event(status: int, error: Mapping[str, Any]) -> str:
+def _error_event(answer: admission.Answer) -> str:
     """The spec's WebSocket error event around an API error body."""
-    return orjson.dumps({"type": "error", "status": status, **error}).decode()
+    event: Mapping[str, Any] = {"type": "error", "status": answer.status, **answer.body}
+    return orjson.dumps(event).decode()
 
 
 async def _gate_frame(
-    app: web.Application,
-    config: Config,
-    text: str,
-    path: str,
-    tenant: str | None,
-    connection_id: str,
+    app: web.Application, text: str, path: str, tenant: str | None, connection_id: str
 ) -> tuple[str | None, str | None]:
     """(an error event to answer with, the frame to forward): one of them is None.
 
     Every frame is judged, whatever its `type`: the spec gives `type` the default
     `response.create`, so a frame without one (or with another) may be read upstream as a
-    request, and a frame with nothing to gate passes unchanged.
+    request, and a frame with nothing to gate passes unchanged. A frame the proxy fails on
+    (a bug) is answered with a 500 error event naming its id, and the connection carries on.
     """
+    request_id = new_request_id()
+    # Each frame is gated under the config in force when it arrives (reloads apply).
+    config = app[LIVE].current.config
     raw = text.encode("utf-8", "surrogatepass")
     try:
-        frame = body.parse(raw)
-    except body.BodyError as exc:
-        return _error_event(exc.status, body.error_body(exc.code, exc.message)), None
-    started = time.perf_counter()
-    request_id = new_request_id()
-    verdict = await judge(
-        app,
-        config,
-        frame,
-        raw,
-        request_id=request_id,
-        path=path,
-        tenant=tenant,
-        transport="websocket",
-    )
-    app[METRICS].gate_seconds.observe(time.perf_counter() - started)
-    app[METRICS].requests.labels("websocket", verdict.outcome).inc()
-    if verdict.outcome == "block":
-        log.info("%s blocked a frame of WebSocket %s", request_id, connection_id)
-        return _error_event(400, blocked(verdict, request_id)), None
-    if verdict.outcome == "strip":
-        assert verdict.input is not None
-        return None, body.stripped(frame, verdict.input).decode()
-    return None, text
+        decided = await admission.admit(
+            admission.Request(raw, path, "websocket", request_id, tenant),
+            config,
+            ledger=app[LEDGER],
+            audit_log=app[AUDIT],
+            metrics=app[METRICS],
+        )
+    except Exception:
+        log.exception("%s unexpected error on a frame of WebSocket %s", request_id, connection_id)
+        return _error_event(admission.answer_to(internal_error(request_id))), None
+    if isinstance(decided, admission.Answer):
+        code = decided.body["error"]["code"]
+        log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
+        return _error_event(decided), None
+    app[METRICS].requests.labels("websocket", decided.outcome).inc()
+    # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
+    return None, text if decided.data is raw else decided.data.decode()

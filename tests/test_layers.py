@@ -31,6 +31,7 @@ def loaded(module: str) -> set[str]:
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
+        pytest.param("proxy.errors", [*HTTP_STACK, "jsonschema", "yaml", "regex"], id="errors"),
         pytest.param("proxy.strictjson", [*HTTP_STACK, "jsonschema", "yaml"], id="strictjson"),
         pytest.param("proxy.items", [*HTTP_STACK, "jsonschema", "yaml"], id="items"),
         pytest.param("proxy.routes", [*HTTP_STACK, "jsonschema", "yaml"], id="routes"),
@@ -39,6 +40,8 @@ def loaded(module: str) -> set[str]:
         pytest.param("proxy.gate", [*HTTP_STACK, "yaml"], id="gate"),
         pytest.param("proxy.check", [*HTTP_STACK, "yaml"], id="check"),
         pytest.param("proxy.config", HTTP_STACK, id="config"),
+        # The pipeline every front calls: a third front must not need the first two's stack.
+        pytest.param("proxy.admission", HTTP_STACK, id="admission"),
         # `replay-proxy check` must not pay for the server it does not run.
         pytest.param("proxy.cli", HTTP_STACK, id="cli"),
     ],

@@ -1,0 +1,141 @@
+"""Admission: the one pipeline every front runs a gated body through, free of any transport.
+
+A front reads the bytes (its timeouts are its own) and hands them over with what the request
+said of them. Admission reads them as the gate needs them (content type, content coding, strict
+JSON), gates the body against the ledger, counts and audits what it finds, and says what the
+front does next: answer here, or forward these bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+
+from proxy import audit, body, routes
+from proxy.audit import AuditLog
+from proxy.config import Config
+from proxy.errors import ProxyError
+from proxy.gate import NOTHING_RECORDED, Verdict, inspect, rejection
+from proxy.ledger import Ledger
+from proxy.metrics import Metrics
+
+Transport = Literal["http", "websocket", "extproc"]
+
+# A gated body goes upstream decoded (exactly the bytes the gate judged), so its
+# Content-Encoding no longer applies.
+_DECODED = frozenset({"content-encoding"})
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+# The SDK retries 408/409/429/5xx; a blocked request fails the same way every time.
+_NOT_RETRIED: Mapping[str, str] = MappingProxyType({"x-should-retry": "false"})
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A gated request as its front received it, the body whole."""
+
+    raw: bytes  # exactly as received: the audit record's `body_sha256` is of these bytes
+    path: str  # the canonical gated path (a key of `routes.GATED`)
+    transport: Transport
+    request_id: str
+    tenant: str | None = None
+    # None where the transport frames JSON itself (a WebSocket text frame): no header to check.
+    content_type: str | None = None
+    content_encoding: str = ""
+    # When the body began to arrive (`time.perf_counter()`), for the gate's time; None: now.
+    started: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answer the request here, with `body` (a JSON document); nothing goes upstream."""
+
+    status: int
+    body: Mapping[str, Any]
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send `data` upstream as the body. Only bytes, so that the parsed body is freed before
+    the upstream is waited for (a 1 MB body parses to several MB)."""
+
+    data: bytes
+    drop_headers: frozenset[str]  # of the client's, lower-case, beyond the hop's own
+    add_headers: Mapping[str, str]  # to the answer relayed back (`x-replay-gate`)
+    outcome: Literal["forward", "strip"]
+    record: bool  # the upstream's answer is a response the ledger records
+
+
+def answer_to(error: ProxyError) -> Answer:
+    """The answer a failure decided here gets, in the API's error shape."""
+    return Answer(error.status, error.document(), error.headers)
+
+
+async def admit(
+    request: Request, config: Config, *, ledger: Ledger, audit_log: AuditLog, metrics: Metrics
+) -> Answer | Forward:
+    """Read, gate and count a body: an answer of the proxy's own, or what to forward.
+
+    Never raises on bad input: a body it cannot read unambiguously is answered 4xx, a body
+    the gate refuses is answered 400.
+    """
+    started = time.perf_counter() if request.started is None else request.started
+    label = "websocket" if request.transport == "websocket" else routes.GATED[request.path]
+    limit = config.limits.max_body_bytes
+    raw = request.raw
+    try:
+        if request.content_type is not None:
+            body.check_content_type(request.content_type)
+        applied = body.codings(request.content_encoding)
+        decoded = body.decode(raw, applied, limit) if applied else raw
+        parsed = body.parse(decoded)
+    except body.BodyError as exc:
+        metrics.requests.labels(label, "invalid").inc()
+        return answer_to(exc)
+    verdict = await _judge(request, parsed, config, ledger, audit_log, metrics)
+    metrics.gate_seconds.observe(time.perf_counter() - started)
+    if verdict.outcome == "block":
+        metrics.requests.labels(label, "block").inc()
+        return Answer(400, rejection(verdict, request_id=request.request_id), _NOT_RETRIED)
+    header = verdict.header()
+    added = MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS
+    record = routes.GATED[request.path] == "responses"
+    if verdict.outcome == "strip":
+        assert verdict.input is not None
+        return Forward(body.stripped(parsed, verdict.input), _DECODED, added, "strip", record)
+    # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
+    # parse the coded bytes, which need not be the document the gate judged.
+    return Forward(decoded, _DECODED, added, "forward", record)
+
+
+async def _judge(
+    request: Request,
+    parsed: dict[str, Any],
+    config: Config,
+    ledger: Ledger,
+    audit_log: AuditLog,
+    metrics: Metrics,
+) -> Verdict:
+    """Gate a parsed body against its recorded history; count and audit what it finds."""
+    gate = config.gate
+    tenant = request.tenant
+    view = await ledger.view(tenant or "-", parsed, provenance=gate.require_provenance)
+    verdict = inspect(parsed, gate, view or NOTHING_RECORDED)
+    if verdict.findings:
+        for finding in verdict.findings:
+            metrics.findings.labels(finding.reason, finding.action).inc()
+        audit_log.write(
+            audit.Request(
+                request_id=request.request_id,
+                transport=request.transport,
+                path=request.path,
+                body=parsed,
+                raw=request.raw,
+                tenant=tenant,
+            ),
+            verdict,
+        )
+    return verdict
