@@ -41,6 +41,12 @@ _WEBSOCKET_OWN = frozenset(
         "sec-websocket-accept",
     }
 )
+# What a client's upgrade needs (RFC 6455 §4.1); one without it is refused before the upstream
+# is asked.
+_HANDSHAKE = (
+    "the WebSocket handshake is invalid: it needs Connection: Upgrade, Sec-WebSocket-Version: 13 "
+    "and a Sec-WebSocket-Key of 16 bytes in base64"
+)
 
 
 def is_websocket(request: web.Request) -> bool:
@@ -62,6 +68,8 @@ async def relay_websocket(
     protocols = [
         p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
     ]
+    if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
+        raise ProxyError(400, "invalid_websocket_handshake", _HANDSHAKE)
     try:
         upstream = await current.upstream.connect_websocket(
             path + query,
@@ -93,7 +101,8 @@ async def relay_websocket(
         await asyncio.gather(*tasks, return_exceptions=True)
         app[METRICS].open_streams.dec()
         await upstream.close()
-        await client.close()
+        if client.prepared:
+            await client.close()
     return client
 
 

@@ -91,6 +91,8 @@ class RecordingUpstream:
     handler: Handler = _ok
     url: str = ""
     frames: list[str] = field(default_factory=list)
+    # WebSocket upgrades asked of it.
+    upgrades: int = 0
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get("Upgrade", "").lower() == "websocket":
@@ -103,6 +105,7 @@ class RecordingUpstream:
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
         """Records every text frame; answers each with a completed response naming its turn."""
+        self.upgrades += 1
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         async for message in ws:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -129,3 +131,56 @@ async def test_an_unreadable_frame_is_answered_and_never_forwarded(
     assert (error["type"], error["status"], error["error"]["code"]) == ("error", 400, code)
     assert binary["error"]["code"] == "invalid_frame"
     assert recording_upstream.frames == []
+
+
+KEY = base64.b64encode(os.urandom(16)).decode()
+UPGRADE = {
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Key": KEY,
+    "Sec-WebSocket-Version": "13",
+}
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        pytest.param({"Sec-WebSocket-Version": "12"}, id="version-12"),
+        pytest.param({"Sec-WebSocket-Key": None}, id="no-key"),
+        pytest.param({"Sec-WebSocket-Key": base64.b64encode(b"8 bytes!").decode()}, id="short-key"),
+        pytest.param({"Sec-WebSocket-Key": "not base64!"}, id="key-not-base64"),
+        pytest.param({"Connection": "keep-alive"}, id="connection-not-upgrade"),
+    ],
+)
+async def test_an_invalid_handshake_is_refused_before_the_upstream_is_asked(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    session: aiohttp.ClientSession,
+    changed: dict[str, str | None],
+) -> None:
+    headers = {name: value for name, value in (UPGRADE | changed).items() if value is not None}
+    base = await start_proxy(recording_upstream.url)
+    async with session.get(base + "/v1/responses", headers=headers) as resp:
+        status, content_type = resp.status, resp.content_type
+        request_id = resp.headers.get("x-request-id")
+        error = json.loads(await resp.read())["error"]
+
+    assert (status, content_type) == (400, "application/json")
+    assert (error["type"], error["code"]) == (
+        "invalid_request_error",
+        "invalid_websocket_handshake",
+    )
+    assert request_id is not None
+    assert recording_upstream.upgrades == 0
+    assert recording_upstream.received == []
+
+
+async def test_a_valid_handshake_reaches_the_upstream(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, session: aiohttp.ClientSession
+) -> None:
+    # The same headers as the table above, unchanged: the refusals are the changes' doing.
+    base = await start_proxy(recording_upstream.url)
+    async with session.get(base + "/v1/responses", headers=UPGRADE) as resp:
+        assert resp.status == 101
+
+    assert recording_upstream.upgrades == 1
