@@ -71,6 +71,8 @@ class _ClientFaults(logging.Filter):
 _CLIENT_FAULTS = _ClientFaults()
 # The request target as the proxy read it, for every handler.
 TARGET = web.RequestKey("target", routes.Target)
+# The answer a request has begun to send (it is being prepared, its head on its way).
+_BEGUN = web.RequestKey("answer_begun", web.StreamResponse)
 
 
 @web.middleware
@@ -91,18 +93,23 @@ async def answer_failures(request: web.Request, handler: Handler) -> web.StreamR
     anything unexpected (a bug) a 500 naming the request id, its traceback in the log."""
     try:
         return await handler(request)
-    except ProxyError as exc:
-        failure = exc
     except web.HTTPException:
         raise  # aiohttp's own answers (none of the proxy's routes raise one)
-    except Exception:
+    except Exception as exc:
         request_id = request[REQUEST_ID]
-        log.exception("%s unexpected error: %s %s", request_id, request.method, request.raw_path)
-        if request.writer.output_size:
-            # The answer has begun: no other can follow. aiohttp closes the connection, so
-            # that the client cannot mistake what it got for the whole answer.
-            raise
-        failure = internal_error(request_id)
+        if isinstance(exc, ProxyError):
+            failure = exc
+        else:
+            log.exception("%s unexpected error: %s %s", request_id, request.method, request.path)
+            failure = internal_error(request_id)
+        begun: web.StreamResponse | None = request.get(_BEGUN)
+        if begun is not None:
+            # No answer can follow one that has begun: the connection is cut, so that the
+            # client cannot take what it got for the whole answer.
+            log.warning("%s %s after the answer began: connection cut", request_id, failure.code)
+            if request.transport is not None:
+                request.transport.close()
+            return begun
     response = answer(admission.answer_to(failure))
     if failure.close:
         response.force_close()
@@ -134,6 +141,7 @@ async def _name_the_request(request: web.Request, response: web.StreamResponse) 
     for theirs in headers.popall("x-request-id", ()):
         headers.add("x-upstream-request-id", theirs)
     headers["x-request-id"] = request.get(REQUEST_ID) or new_request_id()
+    request[_BEGUN] = response
 
 
 def make_app(config: Config) -> web.Application:
