@@ -25,15 +25,18 @@ class OutOfTime(Exception):
 
 
 class Budget:
-    """The time one validation may take: until `deadline` (`time.monotonic()`, None = no bound).
+    """What one validation may spend: time until `deadline` (`time.monotonic()`, None = no
+    bound), and at most `steps` keyword evaluations (None = no bound).
 
     `spent` says how it ran out: `pattern_timeout` (a regex match) or `validation_timeout`.
+    A bound in steps, unlike one in time, ends in the same place on every run.
     """
 
-    __slots__ = ("deadline", "spent")
+    __slots__ = ("deadline", "spent", "steps")
 
-    def __init__(self, deadline: float | None) -> None:
+    def __init__(self, deadline: float | None, steps: int | None = None) -> None:
         self.deadline = deadline
+        self.steps = steps
         self.spent: str | None = None
 
     def remaining(self) -> float | None:
@@ -44,7 +47,11 @@ class Budget:
             self.spent = reason
 
     def check(self) -> None:
-        """Raise OutOfTime once the budget is spent."""
+        """Count one step; raise OutOfTime once the budget is spent."""
+        if self.steps is not None:
+            self.steps -= 1
+            if self.steps < 0:
+                self.expire(VALIDATION_TIMEOUT)
         remaining = self.remaining()
         if self.spent is not None or (remaining is not None and remaining <= 0):
             self.expire(VALIDATION_TIMEOUT)

@@ -13,7 +13,15 @@ from jsonschema.exceptions import SchemaError
 from proxy import items, strictjson
 from proxy.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
 from proxy.items import Item
-from proxy.schemas import LRU, Compiled, SchemaCache, Violation, check_terminates, compile_schema
+from proxy.schemas import (
+    LRU,
+    Compiled,
+    SchemaCache,
+    UnusableSchema,
+    Violation,
+    check_terminates,
+    compile_schema,
+)
 
 Action = Literal["block", "strip", "log"]
 Outcome = Literal["forward", "strip", "block"]
@@ -480,7 +488,9 @@ def _check_arguments(
     violations: dict[Violation, None] = {}
     with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
         for schema in schemas:
-            if isinstance(schema, SchemaError):
+            if isinstance(schema, UnusableSchema):
+                violations[Violation("", "schema_unusable")] = None
+            elif isinstance(schema, SchemaError):
                 violations[Violation("", "invalid_schema")] = None
             else:
                 violations.update(dict.fromkeys(schema.violations(instance, deadline)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,7 +20,9 @@ from proxy.budget import Budget, OutOfTime
 
 # Values so trivial that every usable schema validates them at once (see `check_terminates`).
 _PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})
-_PROBE_S = 1.0
+# Keyword evaluations a probe may take. A `$ref` cycle exhausts the interpreter's stack in a few
+# hundred; a bound in steps rather than seconds gives the same answer however busy the machine.
+_PROBE_STEPS = 10_000
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -91,22 +92,29 @@ def compile_schema(schema: Any, key: int) -> Compiled:
     return Compiled(key, budget.bounded(cls)(schema, registry=referencing.Registry()))
 
 
+class UnusableSchema(SchemaError):
+    """A valid JSON Schema that no call can pass: its `$ref`s never reach a value."""
+
+
 def check_terminates(compiled: Compiled) -> None:
-    """Raise SchemaError when validating a trivial value recurses without end.
+    """Raise UnusableSchema when validating a trivial value recurses without end.
 
     Such a schema has a `$ref` cycle that never reaches a value (`{"$ref": "#"}`): no call can
-    ever pass it. A request's schema like that fails its calls (`schema_unusable`); a pinned
+    ever pass it. A request's schema like that fails its calls (`schema_unusable`) before any
+    of them is validated, so the answer never depends on how fast validation runs; a pinned
     one is refused when the config is loaded.
     """
-    with budget.spending(Budget(time.monotonic() + _PROBE_S)):
-        for value in _PROBES:
+    for value in _PROBES:
+        with budget.spending(Budget(None, steps=_PROBE_STEPS)):
             try:
                 for _ in compiled.validator.iter_errors(value):
                     pass
             except RecursionError:
-                raise SchemaError("a $ref cycle: the schema refers to itself without end") from None
+                raise UnusableSchema(
+                    "a $ref cycle: the schema refers to itself without end"
+                ) from None
             except Exception:
-                # Out of time, or a `$ref` that cannot be resolved: found out at validation.
+                # Out of steps, or a `$ref` that cannot be resolved: found out at validation.
                 continue
 
 
@@ -150,6 +158,7 @@ class SchemaCache:
         if found is None:
             try:
                 found = compile_schema(schema, self.next_key())
+                check_terminates(found)
             except SchemaError as exc:
                 found = exc
             self._compiled.put(canonical, found)
