@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -13,6 +13,8 @@ import jsonschema
 import regex
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
+
+from proxy.patterns import compile_pattern
 
 PATTERN_TIMEOUT = "pattern_timeout"
 VALIDATION_TIMEOUT = "validation_timeout"
@@ -29,14 +31,21 @@ class Budget:
     bound), and at most `steps` keyword evaluations (None = no bound).
 
     `spent` says how it ran out: `pattern_timeout` (a regex match) or `validation_timeout`.
-    A bound in steps, unlike one in time, ends in the same place on every run.
+    A bound in steps, unlike one in time, ends in the same place on every run. `patterns` holds
+    the schema's patterns, compiled with their ECMA-262 meaning (see proxy.patterns).
     """
 
-    __slots__ = ("deadline", "spent", "steps")
+    __slots__ = ("deadline", "patterns", "spent", "steps")
 
-    def __init__(self, deadline: float | None, steps: int | None = None) -> None:
+    def __init__(
+        self,
+        deadline: float | None,
+        steps: int | None = None,
+        patterns: MutableMapping[str, regex.Pattern[str]] | None = None,
+    ) -> None:
         self.deadline = deadline
         self.steps = steps
+        self.patterns = {} if patterns is None else patterns
         self.spent: str | None = None
 
     def remaining(self) -> float | None:
@@ -91,7 +100,8 @@ def spending(budget: Budget) -> Iterator[Budget]:
 
 
 def search(pattern: str, string: str) -> bool | None:
-    """Whether `pattern` matches anywhere in `string`; None when the budget ran out first.
+    """Whether the ECMA-262 `pattern` matches anywhere in `string`; None when the budget ran out
+    first. Raises PatternError for a pattern that cannot be matched with that meaning.
 
     The `regex` module's matcher takes a timeout (it overshoots by up to about twice the time
     left); the standard library's cannot be stopped once a pattern starts to backtrack.
@@ -101,8 +111,15 @@ def search(pattern: str, string: str) -> bool | None:
     if budget is not None and (budget.spent is not None or (timeout is not None and timeout <= 0)):
         budget.expire(PATTERN_TIMEOUT)
         return None
+    compiled = None if budget is None else budget.patterns.get(pattern)
+    if compiled is None:
+        # A pattern the schema check did not see: one a `$ref` reaches outside the places
+        # where the metaschema expects a schema.
+        compiled = compile_pattern(pattern)
+        if budget is not None:
+            budget.patterns[pattern] = compiled
     try:
-        return regex.search(pattern, string, timeout=timeout) is not None
+        return compiled.search(string, timeout=timeout) is not None
     except TimeoutError:
         if budget is not None:
             budget.expire(PATTERN_TIMEOUT)

@@ -17,6 +17,8 @@ from proxy.schemas import (
     LRU,
     Compiled,
     SchemaCache,
+    SchemaLimitError,
+    SchemaLimits,
     UnusableSchema,
     Violation,
     check_terminates,
@@ -136,7 +138,10 @@ class Finding:
             return f"{where}: item_reference{named} names no item the proxy relayed: {self.reason}"
         detail = self.reason
         if self.fail:
-            detail += " at " + ", ".join(f"{v.path or '/'} ({v.reason})" for v in self.fail)
+            detail += " at " + ", ".join(
+                f"{v.path or '/'} ({v.reason}{': ' + v.message if v.message else ''})"
+                for v in self.fail
+            )
         return f"{where}: paired function_call failed the replay gate: {detail}"
 
 
@@ -177,6 +182,8 @@ class Policy:
     # The time validating one request's arguments against their schemas may take, all calls
     # together; a call still unchecked when it is spent fails (`validation_timeout`).
     validation_timeout_s: float = 1.0
+    # How large a schema may be, pinned or sent; a request's schema over a limit fails its calls.
+    schema_limits: SchemaLimits = field(default_factory=SchemaLimits)
     schemas: SchemaCache = field(default_factory=SchemaCache, compare=False, repr=False)
     pinned: Mapping[str, Compiled] = field(init=False, compare=False, repr=False)
     verdicts: LRU[tuple[tuple[int, ...], str], tuple[str, tuple[Violation, ...]] | str] = field(
@@ -193,10 +200,12 @@ class Policy:
                 raise ValueError(f"actions.{reason}: {action!r} is not one of {', '.join(ACTIONS)}")
         if not self.validation_timeout_s > 0:
             raise ValueError(f"validation_timeout_s: {self.validation_timeout_s!r} is not positive")
+        if isinstance(self.schema_limits, Mapping):
+            object.__setattr__(self, "schema_limits", SchemaLimits(**self.schema_limits))
         pinned = {}
         for name, schema in self.tools.items():
             try:
-                pinned[name] = compile_schema(schema, self.schemas.next_key())
+                pinned[name] = compile_schema(schema, self.schemas.next_key(), self.schema_limits)
                 check_terminates(pinned[name])
             except SchemaError as exc:
                 raise ValueError(f"tools.{name}: not a valid JSON Schema: {exc.message}") from None
@@ -437,7 +446,7 @@ class _Inspection:
             # A function tool without parameters constrains nothing but strict JSON.
             schema = {} if parameters is None else parameters
             try:
-                found.append(self.policy.schemas.compile(schema))
+                found.append(self.policy.schemas.compile(schema, self.policy.schema_limits))
             except SchemaError as exc:
                 found.append(exc)
         return found
@@ -490,6 +499,8 @@ def _check_arguments(
         for schema in schemas:
             if isinstance(schema, UnusableSchema):
                 violations[Violation("", "schema_unusable")] = None
+            elif isinstance(schema, SchemaLimitError):
+                violations[Violation("", "invalid_schema", schema.message)] = None
             elif isinstance(schema, SchemaError):
                 violations[Violation("", "invalid_schema")] = None
             else:
