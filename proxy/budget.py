@@ -1,4 +1,5 @@
-"""JSON Schema validation under a time budget: regexes with a timeout, keywords that stop."""
+"""JSON Schema validation under a time budget: regexes with a timeout, keywords that stop,
+numbers compared exactly (Decimal, as written)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from decimal import Decimal
 from typing import Any
 
 import jsonschema
@@ -199,11 +201,54 @@ def _unique_items(
         seen.add(key)
 
 
+def _multiple_of(
+    validator: Any, divisor: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    # jsonschema divides in floating point (and cannot divide a Decimal by a float).
+    if not validator.is_type(instance, "number") or not validator.is_type(divisor, "number"):
+        return
+    if divisor > 0 and not is_multiple(instance, divisor):
+        yield ValidationError(f"{instance} is not a multiple of {divisor}")
+
+
+def exact(number: int | float | Decimal) -> Decimal:
+    """A JSON number as a Decimal; a float by its shortest decimal (the literal it came from)."""
+    return Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
+
+
+def is_multiple(number: int | float | Decimal, divisor: int | float | Decimal) -> bool:
+    """Whether `number` is an integer multiple of `divisor` (> 0), exactly, in time linear in
+    their digits whatever their exponents (1e999999999 is a multiple of 0.01)."""
+    _, digits, exponent = exact(number).as_tuple()
+    _, divisor_digits, divisor_exponent = exact(divisor).as_tuple()
+    if not isinstance(exponent, int) or not isinstance(divisor_exponent, int):
+        return False  # NaN or infinity: strict JSON has neither
+    a = int("".join(map(str, digits)) or "0")
+    b = int("".join(map(str, divisor_digits)) or "0")
+    if a == 0:
+        return True
+    if exponent >= divisor_exponent:
+        # a * 10^e / b is an integer iff b divides a * 10^e; pow keeps the power modulo b.
+        return a * pow(10, exponent - divisor_exponent, b) % b == 0
+    shift = divisor_exponent - exponent
+    # a / (b * 10^shift) with a shorter than 10^shift is a nonzero fraction.
+    return shift <= len(digits) and a % (b * 10**shift) == 0
+
+
+def _is_integer(checker: Any, instance: Any) -> bool:
+    """JSON Schema's integer from draft 6 on: a number with no fraction (1.0 is one)."""
+    if isinstance(instance, bool):
+        return False
+    if isinstance(instance, Decimal):
+        return instance == instance.to_integral_value()
+    return isinstance(instance, int) or (isinstance(instance, float) and instance.is_integer())
+
+
 def _canonical(value: Any) -> Any:
     """A hashable value equal for JSON values jsonschema deems equal (1 == 1.0, True != 1)."""
     if isinstance(value, bool) or value is None:
         return ("literal", value)
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         return ("number", value)
     if isinstance(value, str):
         return ("string", value)
@@ -219,6 +264,8 @@ _OWN: dict[str, Keyword] = {
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
     "uniqueItems": _unique_items,
+    "multipleOf": _multiple_of,
+    "divisibleBy": _multiple_of,  # draft 3's name
 }
 
 
@@ -238,8 +285,11 @@ def bounded(cls: type[Validator]) -> type[Validator]:
     keywords: dict[str, Keyword] = {
         name: _checked(_OWN.get(name) or keyword) for name, keyword in cls.VALIDATORS.items()
     }
+    types = cls.TYPE_CHECKER
+    if types.is_type(1.0, "integer"):  # draft 6 on; drafts 3 and 4 say 1.0 is not an integer
+        types = types.redefine("integer", _is_integer)
     extend: Callable[..., type[Validator]] = jsonschema.validators.extend
-    return extend(cls, keywords)
+    return extend(cls, keywords, type_checker=types)
 
 
 def unbounded(schema: Any, cls: type[Validator]) -> str | None:

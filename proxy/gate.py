@@ -489,7 +489,7 @@ def _check_arguments(
 ) -> str | tuple[str, tuple[Violation, ...]]:
     """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations)."""
     try:
-        instance = strictjson.loads(arguments)
+        instance = strictjson.loads(arguments, exact=True)
     except strictjson.StrictJSONError:
         return "arguments_parse"
     if not schemas:

@@ -99,6 +99,11 @@ def _normalised(ranges: Iterable[tuple[int, int]]) -> Ranges:
     return merged
 
 
+def _weight(ranges: Ranges) -> int:
+    """What a class weighs against MAX_UNROLLED: `regex` builds it range by range."""
+    return max(1, len(ranges))
+
+
 def _complement(ranges: Ranges) -> Ranges:
     found: Ranges = []
     start = 0
@@ -124,9 +129,10 @@ def _class(ranges: Ranges, properties: Iterable[str] = (), negated: bool = False
     return "[" + ("^" if negated else "") + body + "".join(properties) + "]"
 
 
-_WORD_CLASS = _class(_WORD)
-_BOUNDARY = f"(?:(?<={_WORD_CLASS})(?!{_WORD_CLASS})|(?<!{_WORD_CLASS})(?={_WORD_CLASS}))"
-_NOT_BOUNDARY = f"(?:(?<={_WORD_CLASS})(?={_WORD_CLASS})|(?<!{_WORD_CLASS})(?!{_WORD_CLASS}))"
+# ECMA-262's \b is between a character of [A-Za-z0-9_] and one outside it: `regex`'s \b
+# under the ASCII flag, scoped to the assertion.
+_BOUNDARY = "(?a:\\b)"
+_NOT_BOUNDARY = "(?a:\\B)"
 _ESCAPE_SETS = {
     "d": _DIGIT,
     "D": _complement(_DIGIT),
@@ -181,8 +187,7 @@ class _Parser:
             return "\\Z", 1
         if rest.startswith(("\\b", "\\B")):
             self.pos += 2
-            # Eight classes each: weighed as such against MAX_UNROLLED.
-            return (_BOUNDARY if rest[1] == "b" else _NOT_BOUNDARY), 8
+            return (_BOUNDARY if rest[1] == "b" else _NOT_BOUNDARY), 1
         for opener in ("(?=", "(?!", "(?<=", "(?<!"):
             if rest.startswith(opener):
                 self.pos += len(opener)
@@ -235,14 +240,14 @@ class _Parser:
         c = self.peek()
         if c == ".":
             self.pos += 1
-            return _class(_LINE_TERMINATORS, negated=True), 1
+            return _class(_LINE_TERMINATORS, negated=True), _weight(_complement(_LINE_TERMINATORS))
         if c == "[":
-            return self.character_class(), 1
+            return self.character_class()
         if c == "(":
             return self.group()
         if c == "\\":
             self.pos += 1
-            return self.atom_escape(), 1
+            return self.atom_escape()
         if c == "" or c in "*+?{}])|":
             raise PatternError(f"unexpected {c!r} at {self.pos}")
         self.pos += 1
@@ -264,16 +269,16 @@ class _Parser:
         self.take(")")
         return f"(?:{inner})", n
 
-    def atom_escape(self) -> str:
+    def atom_escape(self) -> tuple[str, int]:
         c = self.peek()
         if c in _ESCAPE_SETS:
             self.pos += 1
-            return _class(_ESCAPE_SETS[c])
+            return _class(_ESCAPE_SETS[c]), _weight(_ESCAPE_SETS[c])
         if c in ("p", "P"):
-            return f"[{self.property_escape()}]"
+            return f"[{self.property_escape()}]", 1
         if c == "k" or ("1" <= c <= "9"):
             raise PatternError(f"backreferences are not supported (at {self.pos - 1})")
-        return _char(self.character_escape(in_class=False))
+        return _char(self.character_escape(in_class=False)), 1
 
     def property_escape(self) -> str:
         negated = self.peek() == "P"
@@ -339,7 +344,7 @@ class _Parser:
             self.pos = saved
         return code
 
-    def character_class(self) -> str:
+    def character_class(self) -> tuple[str, int]:
         self.take("[")
         negated = self.peek() == "^"
         if negated:
@@ -360,7 +365,8 @@ class _Parser:
                 raise PatternError(f"invalid character range before {self.pos}")
             ranges.append((low, high))
         self.take("]")
-        return _class(ranges, properties, negated)
+        merged = _normalised(ranges)
+        return _class(merged, properties, negated), _weight(merged) + len(properties)
 
     def class_atom(self, ranges: Ranges, properties: list[str]) -> int | None:
         """One code point, or None after adding a class escape's set to `ranges`/`properties`."""

@@ -83,31 +83,38 @@ class SchemaLimits:
             if isinstance(node, dict | list):
                 if depth >= self.max_depth:
                     raise self._over("max_depth", f"nested deeper than {self.max_depth}")
-                size += 2
-                values = node.values() if isinstance(node, dict) else node
-                stack.extend((value, depth + 1) for value in values)
+                # Every member takes at least a byte: counted here, before it is read.
+                size += 2 + len(node)
+                if size > self.max_bytes:
+                    raise self._over("max_bytes", f"more than {self.max_bytes} bytes of JSON")
             if isinstance(node, dict):
                 objects += 1
                 if objects > self.max_subschemas:
                     raise self._over("max_subschemas", f"more than {self.max_subschemas} objects")
                 for key, value in node.items():
                     size += len(key) + 3 if isinstance(key, str) else 3
-                    patterns = [value] if key == "pattern" and isinstance(value, str) else []
-                    if key == "patternProperties" and isinstance(value, dict):
-                        patterns = [k for k in value if isinstance(k, str)]
-                    for pattern in patterns:
-                        if len(pattern) > self.max_pattern_length:
-                            raise self._over(
-                                "max_pattern_length",
-                                f"a pattern of {len(pattern)} characters, over "
-                                f"{self.max_pattern_length}",
-                            )
+                    if size > self.max_bytes:
+                        raise self._over("max_bytes", f"more than {self.max_bytes} bytes of JSON")
+                    if key == "pattern" and isinstance(value, str):
+                        self._check_pattern(value)
+                    elif key == "patternProperties" and isinstance(value, dict):
+                        for name in value:
+                            if isinstance(name, str):
+                                self._check_pattern(name)
+                    stack.append((value, depth + 1))
+            elif isinstance(node, list):
+                stack.extend((value, depth + 1) for value in node)
             elif isinstance(node, str):
-                size += len(node) + 2
-            else:
-                size += 1
+                size += len(node) + 1
             if size > self.max_bytes:
                 raise self._over("max_bytes", f"more than {self.max_bytes} bytes of JSON")
+
+    def _check_pattern(self, pattern: str) -> None:
+        if len(pattern) > self.max_pattern_length:
+            raise self._over(
+                "max_pattern_length",
+                f"a pattern of {len(pattern)} characters, over {self.max_pattern_length}",
+            )
 
     def check_size(self, canonical: bytes) -> None:
         """Raise SchemaLimitError when the schema's JSON is over `max_bytes`."""
@@ -191,8 +198,20 @@ def _compile(schema: Any, key: int) -> Compiled:
         raise SchemaError(why)
     # An empty registry: a `$ref` to a URL is never fetched (the default would fetch it, and a
     # request's `tools` would make the proxy open any URL a client names).
-    validator = budget.bounded(cls)(schema, registry=referencing.Registry())
+    # Numbers as Decimals: the arguments are read exactly, and compared with what was written.
+    validator = budget.bounded(cls)(_exact_numbers(schema), registry=referencing.Registry())
     return Compiled(key, validator, patterns)
+
+
+def _exact_numbers(schema: Any) -> Any:
+    """`schema` with each float replaced by the Decimal of its shortest repr (its literal)."""
+    if isinstance(schema, float):
+        return budget.exact(schema)
+    if isinstance(schema, dict):
+        return {key: _exact_numbers(value) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_exact_numbers(value) for value in schema]
+    return schema
 
 
 def _format_checker(cls: type[Validator], patterns: dict[str, regex.Pattern[str]]) -> Any:
