@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -17,7 +18,14 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from proxy import audit, body
 from proxy.audit import AuditLog
 from proxy.config import Config, ConfigError
-from proxy.gate import NOTHING_RECORDED, Verdict, inspect, rejection
+from proxy.gate import (
+    NOTHING_RECORDED,
+    Verdict,
+    compile_schemas,
+    inspect,
+    pending_schemas,
+    rejection,
+)
 from proxy.ledger import Ledger
 from proxy.metrics import Metrics
 from proxy.upstream import Upstream, UpstreamError, relayed_headers
@@ -187,6 +195,11 @@ async def judge(
 ) -> Verdict:
     """Gate a parsed body against its recorded history; count and audit what it finds."""
     view = await app[LEDGER].view(tenant or "-", parsed, provenance=config.gate.require_provenance)
+    pending = pending_schemas(parsed, config.gate)
+    if pending:
+        # A schema first seen is compiled in a worker thread: a large one (thousands of
+        # subschemas, within the limits) must not hold every other client's request.
+        await asyncio.to_thread(compile_schemas, pending, config.gate)
     verdict = inspect(parsed, config.gate, view or NOTHING_RECORDED)
     if verdict.findings:
         for finding in verdict.findings:

@@ -510,6 +510,34 @@ def _check_arguments(
     return "ok"
 
 
+def pending_schemas(body: Any, policy: Policy) -> list[Any]:
+    """The request schemas `inspect` may compile for this body that are not compiled yet.
+
+    Compiling one can take long (a schema within the limits may hold thousands of
+    subschemas), so the fronts hand these to `compile_schemas` off the event loop first.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("input"), list):
+        return []
+    called = {i.get("name") for i in body["input"] if isinstance(i, dict)}
+    return [
+        {} if parameters is None else parameters
+        for name, parameters in items.tool_schemas(body.get("tools"))
+        if name in called
+        and name not in policy.pinned
+        and policy.schemas.pending({} if parameters is None else parameters, policy.schema_limits)
+    ]
+
+
+def compile_schemas(schemas: Sequence[Any], policy: Policy) -> None:
+    """Compile `schemas` into the policy's cache (where `inspect` finds them); safe to run in a
+    worker thread. An invalid schema is remembered as such, and found again by `inspect`."""
+    for schema in schemas:
+        try:
+            policy.schemas.compile(schema, policy.schema_limits)
+        except SchemaError:
+            continue
+
+
 def rejection(verdict: Verdict) -> dict[str, Any]:
     """The API error body for a blocked request (also a WebSocket error event's `error`)."""
     blocking = [f for f in verdict.findings if f.action == "block"] or list(verdict.findings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -283,6 +284,8 @@ class SchemaCache:
     def __init__(self, max_schemas: int = 1024) -> None:
         self._serial = itertools.count(1)
         self._compiled: LRU[bytes, Compiled | SchemaError] = LRU(max_schemas)
+        # Schemas may be compiled in a worker thread while the event loop looks others up.
+        self._lock = threading.Lock()
 
     def next_key(self) -> int:
         return next(self._serial)
@@ -294,7 +297,8 @@ class SchemaCache:
         """
         limits = SchemaLimits() if limits is None else limits
         canonical = _bounded_canonical(schema, limits)
-        found = self._compiled.get(canonical)
+        with self._lock:
+            found = self._compiled.get(canonical)
         if found is None:
             try:
                 limits.check_size(canonical)
@@ -302,10 +306,23 @@ class SchemaCache:
                 check_terminates(found)
             except SchemaError as exc:
                 found = exc
-            self._compiled.put(canonical, found)
+            with self._lock:
+                self._compiled.put(canonical, found)
         if isinstance(found, SchemaError):
             raise found
         return found
+
+    def pending(self, schema: Any, limits: SchemaLimits | None = None) -> bool:
+        """Whether compiling `schema` would take work: it is within `limits` and not cached.
+
+        Cheap: the limits' walk and one serialisation, never a check or a compile.
+        """
+        try:
+            canonical = _bounded_canonical(schema, SchemaLimits() if limits is None else limits)
+        except SchemaError:
+            return False  # refused by the walk alone, at once
+        with self._lock:
+            return self._compiled.get(canonical) is None
 
     def __len__(self) -> int:
         return len(self._compiled)
