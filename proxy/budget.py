@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from decimal import Decimal
 from typing import Any
 
 import jsonschema
-import regex
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
-from proxy.patterns import compile_pattern
+from proxy.patterns import Patterns
 
 PATTERN_TIMEOUT = "pattern_timeout"
 VALIDATION_TIMEOUT = "validation_timeout"
@@ -43,11 +42,11 @@ class Budget:
         self,
         deadline: float | None,
         steps: int | None = None,
-        patterns: MutableMapping[str, regex.Pattern[str]] | None = None,
+        patterns: Patterns | None = None,
     ) -> None:
         self.deadline = deadline
         self.steps = steps
-        self.patterns = {} if patterns is None else patterns
+        self.patterns = Patterns() if patterns is None else patterns
         self.spent: str | None = None
 
     def remaining(self) -> float | None:
@@ -113,13 +112,9 @@ def search(pattern: str, string: str) -> bool | None:
     if budget is not None and (budget.spent is not None or (timeout is not None and timeout <= 0)):
         budget.expire(PATTERN_TIMEOUT)
         return None
-    compiled = None if budget is None else budget.patterns.get(pattern)
-    if compiled is None:
-        # A pattern the schema check did not see: one a `$ref` reaches outside the places
-        # where the metaschema expects a schema.
-        compiled = compile_pattern(pattern)
-        if budget is not None:
-            budget.patterns[pattern] = compiled
+    # Compiled when the schema was checked; else (a pattern a `$ref` reaches outside the places
+    # where the metaschema expects a schema) now, within the same bounds.
+    compiled = (Patterns() if budget is None else budget.patterns).get(pattern)
     try:
         return compiled.search(string, timeout=timeout) is not None
     except TimeoutError:

@@ -19,10 +19,10 @@ from collections.abc import Iterable
 import regex
 import regress
 
-# `regex` unrolls the minimum of every counted repeat when it compiles (`a{1000000}` is a
-# million nodes, a few hundred milliseconds; `a{10000000}` exhausts memory): a pattern whose
-# unrolled size exceeds this is refused before `regex` sees it.
-MAX_UNROLLED = 100_000
+# `regex` unrolls the minimum of every counted repeat when it compiles: `a{99999}` becomes
+# 99,999 nodes, 25 ms and 14 MB (`a{10000000}` exhausts memory). The nodes repeats add, over
+# all the patterns of one schema, are held to this; the text itself is bounded by its length.
+MAX_UNROLLED = 10_000
 _MAX_CODE_POINT = 0x10FFFF
 _SYNTAX = frozenset("^$\\.*+?()[]{}|/")
 _CONTROL = {"f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09, "v": 0x0B}
@@ -60,29 +60,62 @@ def compile_pattern(source: str, max_length: int | None = None) -> regex.Pattern
     """
     if max_length is not None and len(source) > max_length:
         raise PatternError(f"pattern of {len(source)} characters is over {max_length}")
-    try:
-        regress.Regex(source, "u")
-    except regress.RegressError as exc:
-        raise PatternError(f"not an ECMA-262 pattern: {exc}") from None
-    translated = translate(source)
-    try:
-        return regex.compile(translated, regex.V0)
-    except regex.error as exc:  # a property escape `regex` does not know
-        raise PatternError(f"not supported: {exc}") from None
+    return Patterns().get(source)
+
+
+class Patterns:
+    """The patterns of one schema, each compiled once; the nodes their repeats unroll to, all
+    together, stay within MAX_UNROLLED."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, regex.Pattern[str]] = {}
+        self.unrolled = 0
+
+    def get(self, source: str) -> regex.Pattern[str]:
+        """`source` compiled (once) with its ECMA-262 meaning; raises PatternError."""
+        found = self._compiled.get(source)
+        if found is not None:
+            return found
+        try:
+            regress.Regex(source, "u")
+        except regress.RegressError as exc:
+            raise PatternError(f"not an ECMA-262 pattern: {exc}") from None
+        translated, unrolled = _translate(source)
+        if self.unrolled + unrolled > MAX_UNROLLED:
+            raise PatternError(
+                f"counted repeats unroll to {self.unrolled + unrolled} nodes, over {MAX_UNROLLED}"
+            )
+        try:
+            found = regex.compile(translated, regex.V0)
+        except regex.error as exc:  # a property escape `regex` does not know
+            raise PatternError(f"not supported: {exc}") from None
+        self.unrolled += unrolled
+        self._compiled[source] = found
+        return found
+
+    def __len__(self) -> int:
+        return len(self._compiled)
 
 
 def translate(source: str) -> str:
     """`source`, an ECMA-262 pattern, in `regex` syntax with the same meaning."""
+    return _translate(source)[0]
+
+
+def _translate(source: str) -> tuple[str, int]:
+    """The translation and the nodes its counted repeats add when `regex` unrolls them."""
     parser = _Parser(source)
     try:
-        out, unrolled = parser.disjunction()
+        out, _ = parser.disjunction()
     except RecursionError:
         raise PatternError("pattern nested too deep") from None
     if parser.pos != len(source):
         raise PatternError(f"unexpected {source[parser.pos]!r} at {parser.pos}")
-    if unrolled > MAX_UNROLLED:
-        raise PatternError(f"counted repeats unroll to {unrolled} nodes, over {MAX_UNROLLED}")
-    return out
+    if parser.unrolled > MAX_UNROLLED:
+        raise PatternError(
+            f"counted repeats unroll to {parser.unrolled} nodes, over {MAX_UNROLLED}"
+        )
+    return out, parser.unrolled
 
 
 def _char(code: int) -> str:
@@ -145,11 +178,13 @@ _ESCAPE_SETS = {
 
 class _Parser:
     """Recursive descent over ECMA-262's Pattern grammar (§22.2.1, `u` flag); each method
-    returns the `regex` text and its unrolled size."""
+    returns the `regex` text and its size in nodes once unrolled. `unrolled` sums the nodes
+    that counted repeats add."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.pos = 0
+        self.unrolled = 0
 
     def peek(self, ahead: int = 0) -> str:
         at = self.pos + ahead
@@ -209,6 +244,10 @@ class _Parser:
         if self.peek() == "?":
             self.pos += 1
             quantifier += "?"
+        if least > 1:
+            self.unrolled += unrolled * (least - 1)
+            if self.unrolled > MAX_UNROLLED:  # stop before the sizes grow without bound
+                raise PatternError(f"counted repeats unroll to over {MAX_UNROLLED} nodes")
         return f"(?:{atom}){quantifier}", unrolled * max(least, 1)
 
     def braces(self) -> tuple[str, int]:

@@ -13,13 +13,12 @@ from typing import Any, Generic, TypeVar
 import jsonschema
 import orjson
 import referencing
-import regex
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
 from proxy import budget
 from proxy.budget import Budget, OutOfTime
-from proxy.patterns import PatternError, compile_pattern
+from proxy.patterns import PatternError, Patterns
 
 # Values so trivial that every usable schema validates them at once (see `check_terminates`).
 _PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})
@@ -134,7 +133,7 @@ class Compiled:
 
     key: int
     validator: Validator
-    patterns: dict[str, regex.Pattern[str]] = field(default_factory=dict, compare=False)
+    patterns: Patterns = field(default_factory=Patterns, compare=False)
 
     def violations(self, instance: Any, deadline: float | None = None) -> tuple[Violation, ...]:
         """Every way `instance` fails the schema.
@@ -183,7 +182,7 @@ def _compile(schema: Any, key: int) -> Compiled:
     if isinstance(schema, dict) and not isinstance(schema.get("$schema", ""), str):
         raise SchemaError("$schema is not a string")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    patterns: dict[str, regex.Pattern[str]] = {}
+    patterns = Patterns()
     try:
         # Typed loosely: a boolean is a schema too, and the protocol omits `format_checker`.
         checking: Any = cls
@@ -215,13 +214,13 @@ def _exact_numbers(schema: Any) -> Any:
     return schema
 
 
-def _format_checker(cls: type[Validator], patterns: dict[str, regex.Pattern[str]]) -> Any:
+def _format_checker(cls: type[Validator], patterns: Patterns) -> Any:
     """The dialect's own format checker, with `regex` read as ECMA-262: each pattern the
     metaschema finds is compiled once, into `patterns`."""
 
     def is_regex(instance: object) -> bool:
-        if isinstance(instance, str) and instance not in patterns:
-            patterns[instance] = compile_pattern(instance)
+        if isinstance(instance, str):
+            patterns.get(instance)
         return True
 
     checker = jsonschema.FormatChecker(())

@@ -156,7 +156,8 @@ INVALID = [
     pytest.param(r"\k<x>(?<x>a)", "backreferences are not supported", id="named-backreference"),
     pytest.param("(?i:a)", "group modifiers are not supported", id="modifier"),
     pytest.param(f"a{{{MAX_UNROLLED + 1}}}", "repeat count over", id="repeat-too-large"),
-    pytest.param("(?:a{1000}){1000}", "unroll to 1000000", id="nested-repeats-unroll"),
+    pytest.param("(?:a{100}){101}", "unroll to over 10000", id="nested-repeats-unroll"),
+    pytest.param(r"\S{1000}", "unroll to over 10000", id="class-repeats-unroll"),
 ]
 
 
@@ -172,6 +173,11 @@ def test_pattern_refused(pattern: str, message: str) -> None:
         pytest.param({"properties": {"q": {"pattern": "(?P<x>a)"}}}, id="pattern"),
         pytest.param({"patternProperties": {"(?P<x>a)": {}}}, id="pattern-properties"),
         pytest.param({"properties": {"q": {"pattern": "a{100001}"}}}, id="pattern-unrolls"),
+        pytest.param(
+            # Each within the bound, together over it: `regex` would hold 14 MB per 100,000.
+            {"properties": {f"q{i}": {"pattern": f"a{{{4000 + i}}}"} for i in range(3)}},
+            id="patterns-unroll-together",
+        ),
     ],
 )
 def test_schema_with_a_pattern_ecma_refuses_is_invalid(schema: Any) -> None:
@@ -180,6 +186,11 @@ def test_schema_with_a_pattern_ecma_refuses_is_invalid(schema: Any) -> None:
     assert [(v.path, v.reason) for v in finding.fail] == [("", "invalid_schema")]
     with pytest.raises(ConfigError, match=r"^tools\.lookup: not a valid JSON Schema: pattern "):
         parse_config({"tools": {"lookup": schema}})
+
+
+def test_patterns_within_the_bound_together_are_used() -> None:
+    schema = {"properties": {f"q{i}": {"pattern": f"^a{{{3000 + i}}}$"} for i in range(3)}}
+    assert replayed({"q0": "a" * 3000}, schema, pinned=False) == Verdict("forward")
 
 
 def test_pattern_length_is_bounded_before_any_engine_runs() -> None:
