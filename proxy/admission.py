@@ -8,6 +8,7 @@ front does next: answer here, or forward these bytes.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +19,14 @@ from proxy import audit, body, routes
 from proxy.audit import AuditLog
 from proxy.config import Config
 from proxy.errors import ProxyError
-from proxy.gate import NOTHING_RECORDED, Verdict, inspect, rejection
+from proxy.gate import (
+    NOTHING_RECORDED,
+    Verdict,
+    compile_schemas,
+    inspect,
+    pending_schemas,
+    rejection,
+)
 from proxy.ledger import Ledger
 from proxy.metrics import Metrics
 
@@ -123,6 +131,11 @@ async def _judge(
     gate = config.gate
     tenant = request.tenant
     view = await ledger.view(tenant or "-", parsed, provenance=gate.require_provenance)
+    pending = pending_schemas(parsed, gate)
+    if pending:
+        # A schema first seen is compiled in a worker thread: a large one (thousands of
+        # subschemas, within the limits) must not hold every other client's request.
+        await asyncio.to_thread(compile_schemas, pending, gate)
     verdict = inspect(parsed, gate, view or NOTHING_RECORDED)
     if verdict.findings:
         for finding in verdict.findings:

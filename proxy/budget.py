@@ -1,4 +1,5 @@
-"""JSON Schema validation under a time budget: regexes with a timeout, keywords that stop."""
+"""JSON Schema validation under a time budget: regexes with a timeout, keywords that stop,
+numbers compared exactly (Decimal, as written)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from decimal import Decimal
 from typing import Any
 
 import jsonschema
-import regex
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
+
+from proxy.patterns import Patterns
 
 PATTERN_TIMEOUT = "pattern_timeout"
 VALIDATION_TIMEOUT = "validation_timeout"
@@ -25,15 +28,25 @@ class OutOfTime(Exception):
 
 
 class Budget:
-    """The time one validation may take: until `deadline` (`time.monotonic()`, None = no bound).
+    """What one validation may spend: time until `deadline` (`time.monotonic()`, None = no
+    bound), and at most `steps` keyword evaluations (None = no bound).
 
     `spent` says how it ran out: `pattern_timeout` (a regex match) or `validation_timeout`.
+    A bound in steps, unlike one in time, ends in the same place on every run. `patterns` holds
+    the schema's patterns, compiled with their ECMA-262 meaning (see proxy.patterns).
     """
 
-    __slots__ = ("deadline", "spent")
+    __slots__ = ("deadline", "patterns", "spent", "steps")
 
-    def __init__(self, deadline: float | None) -> None:
+    def __init__(
+        self,
+        deadline: float | None,
+        steps: int | None = None,
+        patterns: Patterns | None = None,
+    ) -> None:
         self.deadline = deadline
+        self.steps = steps
+        self.patterns = Patterns() if patterns is None else patterns
         self.spent: str | None = None
 
     def remaining(self) -> float | None:
@@ -44,7 +57,11 @@ class Budget:
             self.spent = reason
 
     def check(self) -> None:
-        """Raise OutOfTime once the budget is spent."""
+        """Count one step; raise OutOfTime once the budget is spent."""
+        if self.steps is not None:
+            self.steps -= 1
+            if self.steps < 0:
+                self.expire(VALIDATION_TIMEOUT)
         remaining = self.remaining()
         if self.spent is not None or (remaining is not None and remaining <= 0):
             self.expire(VALIDATION_TIMEOUT)
@@ -84,7 +101,8 @@ def spending(budget: Budget) -> Iterator[Budget]:
 
 
 def search(pattern: str, string: str) -> bool | None:
-    """Whether `pattern` matches anywhere in `string`; None when the budget ran out first.
+    """Whether the ECMA-262 `pattern` matches anywhere in `string`; None when the budget ran out
+    first. Raises PatternError for a pattern that cannot be matched with that meaning.
 
     The `regex` module's matcher takes a timeout (it overshoots by up to about twice the time
     left); the standard library's cannot be stopped once a pattern starts to backtrack.
@@ -94,8 +112,11 @@ def search(pattern: str, string: str) -> bool | None:
     if budget is not None and (budget.spent is not None or (timeout is not None and timeout <= 0)):
         budget.expire(PATTERN_TIMEOUT)
         return None
+    # Compiled when the schema was checked; else (a pattern a `$ref` reaches outside the places
+    # where the metaschema expects a schema) now, within the same bounds.
+    compiled = (Patterns() if budget is None else budget.patterns).get(pattern)
     try:
-        return regex.search(pattern, string, timeout=timeout) is not None
+        return compiled.search(string, timeout=timeout) is not None
     except TimeoutError:
         if budget is not None:
             budget.expire(PATTERN_TIMEOUT)
@@ -175,11 +196,54 @@ def _unique_items(
         seen.add(key)
 
 
+def _multiple_of(
+    validator: Any, divisor: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    # jsonschema divides in floating point (and cannot divide a Decimal by a float).
+    if not validator.is_type(instance, "number") or not validator.is_type(divisor, "number"):
+        return
+    if divisor > 0 and not is_multiple(instance, divisor):
+        yield ValidationError(f"{instance} is not a multiple of {divisor}")
+
+
+def exact(number: int | float | Decimal) -> Decimal:
+    """A JSON number as a Decimal; a float by its shortest decimal (the literal it came from)."""
+    return Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
+
+
+def is_multiple(number: int | float | Decimal, divisor: int | float | Decimal) -> bool:
+    """Whether `number` is an integer multiple of `divisor` (> 0), exactly, in time linear in
+    their digits whatever their exponents (1e999999999 is a multiple of 0.01)."""
+    _, digits, exponent = exact(number).as_tuple()
+    _, divisor_digits, divisor_exponent = exact(divisor).as_tuple()
+    if not isinstance(exponent, int) or not isinstance(divisor_exponent, int):
+        return False  # NaN or infinity: strict JSON has neither
+    a = int("".join(map(str, digits)) or "0")
+    b = int("".join(map(str, divisor_digits)) or "0")
+    if a == 0:
+        return True
+    if exponent >= divisor_exponent:
+        # a * 10^e / b is an integer iff b divides a * 10^e; pow keeps the power modulo b.
+        return a * pow(10, exponent - divisor_exponent, b) % b == 0
+    shift = divisor_exponent - exponent
+    # a / (b * 10^shift) with a shorter than 10^shift is a nonzero fraction.
+    return shift <= len(digits) and a % (b * 10**shift) == 0
+
+
+def _is_integer(checker: Any, instance: Any) -> bool:
+    """JSON Schema's integer from draft 6 on: a number with no fraction (1.0 is one)."""
+    if isinstance(instance, bool):
+        return False
+    if isinstance(instance, Decimal):
+        return instance == instance.to_integral_value()
+    return isinstance(instance, int) or (isinstance(instance, float) and instance.is_integer())
+
+
 def _canonical(value: Any) -> Any:
     """A hashable value equal for JSON values jsonschema deems equal (1 == 1.0, True != 1)."""
     if isinstance(value, bool) or value is None:
         return ("literal", value)
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         return ("number", value)
     if isinstance(value, str):
         return ("string", value)
@@ -195,6 +259,8 @@ _OWN: dict[str, Keyword] = {
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
     "uniqueItems": _unique_items,
+    "multipleOf": _multiple_of,
+    "divisibleBy": _multiple_of,  # draft 3's name
 }
 
 
@@ -214,8 +280,11 @@ def bounded(cls: type[Validator]) -> type[Validator]:
     keywords: dict[str, Keyword] = {
         name: _checked(_OWN.get(name) or keyword) for name, keyword in cls.VALIDATORS.items()
     }
+    types = cls.TYPE_CHECKER
+    if types.is_type(1.0, "integer"):  # draft 6 on; drafts 3 and 4 say 1.0 is not an integer
+        types = types.redefine("integer", _is_integer)
     extend: Callable[..., type[Validator]] = jsonschema.validators.extend
-    return extend(cls, keywords)
+    return extend(cls, keywords, type_checker=types)
 
 
 def unbounded(schema: Any, cls: type[Validator]) -> str | None:

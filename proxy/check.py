@@ -29,8 +29,10 @@ def iter_documents(name: str, data: bytes) -> Iterator[Document]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DocumentError(f"{name}: invalid UTF-8 at byte {exc.start}") from None
-    lines = text.splitlines()
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    # JSON Lines ends a line at "\n" only: a raw U+2028 or NEL inside a string is part of the
+    # string (str.splitlines would cut there). A "\r" before it is JSON whitespace.
+    lines = text.split("\n")
+    first = next((i for i, line in enumerate(lines) if not _blank(line)), None)
     if first is None:
         raise DocumentError(f"{name}: no JSON document in the file")
     try:
@@ -40,7 +42,7 @@ def iter_documents(name: str, data: bytes) -> Iterator[Document]:
         if not _parses(lines[first]):
             raise DocumentError(f"{name}: {whole}") from None
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
+        if _blank(line):
             continue
         try:
             value = strictjson.loads(line)
@@ -48,6 +50,11 @@ def iter_documents(name: str, data: bytes) -> Iterator[Document]:
             col = f" column {exc.colno}" if exc.colno is not None else ""
             raise DocumentError(f"{name}: line {number}{col}: {exc.reason}") from None
         yield _document(name, value, number)
+
+
+def _blank(line: str) -> bool:
+    """Whether a line holds only JSON whitespace."""
+    return not line.strip(" \t\r")
 
 
 def _parses(line: str) -> bool:

@@ -57,6 +57,17 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "require_provenance": {"type": "boolean"},
                 "max_cached_verdicts": {"type": "integer", "minimum": 1},
                 "validation_timeout_s": _SECONDS,
+                "schema_limits": _object(
+                    {
+                        name: {"type": "integer", "minimum": 1}
+                        for name in (
+                            "max_bytes",
+                            "max_depth",
+                            "max_subschemas",
+                            "max_pattern_length",
+                        )
+                    }
+                ),
             }
         ),
         "tools": {"type": "object", "additionalProperties": {"type": ["object", "boolean"]}},

@@ -14,7 +14,17 @@ from proxy import items, strictjson
 from proxy.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
 from proxy.errors import error_document
 from proxy.items import Item
-from proxy.schemas import LRU, Compiled, SchemaCache, Violation, check_terminates, compile_schema
+from proxy.schemas import (
+    LRU,
+    Compiled,
+    SchemaCache,
+    SchemaLimitError,
+    SchemaLimits,
+    UnusableSchema,
+    Violation,
+    check_terminates,
+    compile_schema,
+)
 
 Action = Literal["block", "strip", "log"]
 Outcome = Literal["forward", "strip", "block"]
@@ -129,7 +139,10 @@ class Finding:
             return f"{where}: item_reference{named} names no item the proxy relayed: {self.reason}"
         detail = self.reason
         if self.fail:
-            detail += " at " + ", ".join(f"{v.path or '/'} ({v.reason})" for v in self.fail)
+            detail += " at " + ", ".join(
+                f"{v.path or '/'} ({v.reason}{': ' + v.message if v.message else ''})"
+                for v in self.fail
+            )
         return f"{where}: paired function_call failed the replay gate: {detail}"
 
 
@@ -170,6 +183,8 @@ class Policy:
     # The time validating one request's arguments against their schemas may take, all calls
     # together; a call still unchecked when it is spent fails (`validation_timeout`).
     validation_timeout_s: float = 1.0
+    # How large a schema may be, pinned or sent; a request's schema over a limit fails its calls.
+    schema_limits: SchemaLimits = field(default_factory=SchemaLimits)
     schemas: SchemaCache = field(default_factory=SchemaCache, compare=False, repr=False)
     pinned: Mapping[str, Compiled] = field(init=False, compare=False, repr=False)
     verdicts: LRU[tuple[tuple[int, ...], str], tuple[str, tuple[Violation, ...]] | str] = field(
@@ -186,10 +201,12 @@ class Policy:
                 raise ValueError(f"actions.{reason}: {action!r} is not one of {', '.join(ACTIONS)}")
         if not self.validation_timeout_s > 0:
             raise ValueError(f"validation_timeout_s: {self.validation_timeout_s!r} is not positive")
+        if isinstance(self.schema_limits, Mapping):
+            object.__setattr__(self, "schema_limits", SchemaLimits(**self.schema_limits))
         pinned = {}
         for name, schema in self.tools.items():
             try:
-                pinned[name] = compile_schema(schema, self.schemas.next_key())
+                pinned[name] = compile_schema(schema, self.schemas.next_key(), self.schema_limits)
                 check_terminates(pinned[name])
             except SchemaError as exc:
                 raise ValueError(f"tools.{name}: not a valid JSON Schema: {exc.message}") from None
@@ -430,7 +447,7 @@ class _Inspection:
             # A function tool without parameters constrains nothing but strict JSON.
             schema = {} if parameters is None else parameters
             try:
-                found.append(self.policy.schemas.compile(schema))
+                found.append(self.policy.schemas.compile(schema, self.policy.schema_limits))
             except SchemaError as exc:
                 found.append(exc)
         return found
@@ -473,7 +490,7 @@ def _check_arguments(
 ) -> str | tuple[str, tuple[Violation, ...]]:
     """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations)."""
     try:
-        instance = strictjson.loads(arguments)
+        instance = strictjson.loads(arguments, exact=True)
     except strictjson.StrictJSONError:
         return "arguments_parse"
     if not schemas:
@@ -481,13 +498,45 @@ def _check_arguments(
     violations: dict[Violation, None] = {}
     with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
         for schema in schemas:
-            if isinstance(schema, SchemaError):
+            if isinstance(schema, UnusableSchema):
+                violations[Violation("", "schema_unusable")] = None
+            elif isinstance(schema, SchemaLimitError):
+                violations[Violation("", "invalid_schema", schema.message)] = None
+            elif isinstance(schema, SchemaError):
                 violations[Violation("", "invalid_schema")] = None
             else:
                 violations.update(dict.fromkeys(schema.violations(instance, deadline)))
     if violations:
         return ("arguments_schema", tuple(violations))
     return "ok"
+
+
+def pending_schemas(body: Any, policy: Policy) -> list[Any]:
+    """The request schemas `inspect` may compile for this body that are not compiled yet.
+
+    Compiling one can take long (a schema within the limits may hold thousands of
+    subschemas), so the fronts hand these to `compile_schemas` off the event loop first.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("input"), list):
+        return []
+    called = {i.get("name") for i in body["input"] if isinstance(i, dict)}
+    return [
+        {} if parameters is None else parameters
+        for name, parameters in items.tool_schemas(body.get("tools"))
+        if name in called
+        and name not in policy.pinned
+        and policy.schemas.pending({} if parameters is None else parameters, policy.schema_limits)
+    ]
+
+
+def compile_schemas(schemas: Sequence[Any], policy: Policy) -> None:
+    """Compile `schemas` into the policy's cache (where `inspect` finds them); safe to run in a
+    worker thread. An invalid schema is remembered as such, and found again by `inspect`."""
+    for schema in schemas:
+        try:
+            policy.schemas.compile(schema, policy.schema_limits)
+        except SchemaError:
+            continue
 
 
 def rejection(verdict: Verdict, **extra: Any) -> dict[str, Any]:

@@ -1,13 +1,13 @@
-"""Tool schemas: compiled once each, violations as JSON Pointers, validation bounded in time."""
+"""Tool schemas: bounded in size, compiled once each, violations as JSON Pointers."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import time
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import jsonschema
@@ -18,10 +18,13 @@ from jsonschema.protocols import Validator
 
 from proxy import budget
 from proxy.budget import Budget, OutOfTime
+from proxy.patterns import PatternError, Patterns
 
 # Values so trivial that every usable schema validates them at once (see `check_terminates`).
 _PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})
-_PROBE_S = 1.0
+# Keyword evaluations a probe may take. A `$ref` cycle exhausts the interpreter's stack in a few
+# hundred; a bound in steps rather than seconds gives the same answer however busy the machine.
+_PROBE_STEPS = 10_000
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -29,21 +32,108 @@ V = TypeVar("V")
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One way the arguments fail their schema: where (a JSON Pointer) and which keyword."""
+    """One way the arguments fail their schema: where (a JSON Pointer) and which keyword;
+    `message` says more where the keyword alone would not (a schema over a limit)."""
 
     path: str
     reason: str
+    message: str | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict[str, str]:
-        return {"path": self.path, "reason": self.reason}
+        found = {"path": self.path, "reason": self.reason}
+        if self.message is not None:
+            found["message"] = self.message
+        return found
+
+
+class SchemaLimitError(SchemaError):
+    """A schema over one of its SchemaLimits, refused before any work is done on it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaLimits:
+    """How large a tool schema may be: checked by one cheap walk before the schema is checked,
+    compiled or serialised, so that no schema a client sends holds the event loop for long.
+
+    `max_bytes`: its JSON; `max_depth`: nesting of objects and arrays; `max_subschemas`: objects
+    in it (every subschema is one); `max_pattern_length`: characters of one `pattern` or
+    `patternProperties` name. Raises ValueError naming a limit that is not a positive integer.
+    """
+
+    max_bytes: int = 256 * 1024
+    max_depth: int = 64
+    max_subschemas: int = 5_000
+    max_pattern_length: int = 1_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_depth", "max_subschemas", "max_pattern_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"schema_limits.{name}: {value!r} is not a positive integer")
+
+    def check(self, schema: Any) -> None:
+        """Raise SchemaLimitError naming the first limit `schema` is over, all but the exact
+        size of its JSON (see `check_size`)."""
+        # A lower bound of the JSON's size, counted as the walk goes so that it can stop early.
+        size = 0
+        objects = 0
+        stack: list[tuple[Any, int]] = [(schema, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if isinstance(node, dict | list):
+                if depth >= self.max_depth:
+                    raise self._over("max_depth", f"nested deeper than {self.max_depth}")
+                # Every member takes at least a byte: counted here, before it is read.
+                size += 2 + len(node)
+                if size > self.max_bytes:
+                    raise self._over("max_bytes", f"more than {self.max_bytes} bytes of JSON")
+            if isinstance(node, dict):
+                objects += 1
+                if objects > self.max_subschemas:
+                    raise self._over("max_subschemas", f"more than {self.max_subschemas} objects")
+                for key, value in node.items():
+                    size += len(key) + 3 if isinstance(key, str) else 3
+                    if size > self.max_bytes:
+                        raise self._over("max_bytes", f"more than {self.max_bytes} bytes of JSON")
+                    if key == "pattern" and isinstance(value, str):
+                        self._check_pattern(value)
+                    elif key == "patternProperties" and isinstance(value, dict):
+                        for name in value:
+                            if isinstance(name, str):
+                                self._check_pattern(name)
+                    stack.append((value, depth + 1))
+            elif isinstance(node, list):
+                stack.extend((value, depth + 1) for value in node)
+            elif isinstance(node, str):
+                size += len(node) + 1
+            if size > self.max_bytes:
+                raise self._over("max_bytes", f"more than {self.max_bytes} bytes of JSON")
+
+    def _check_pattern(self, pattern: str) -> None:
+        if len(pattern) > self.max_pattern_length:
+            raise self._over(
+                "max_pattern_length",
+                f"a pattern of {len(pattern)} characters, over {self.max_pattern_length}",
+            )
+
+    def check_size(self, canonical: bytes) -> None:
+        """Raise SchemaLimitError when the schema's JSON is over `max_bytes`."""
+        if len(canonical) > self.max_bytes:
+            raise self._over("max_bytes", f"{len(canonical)} bytes of JSON, over {self.max_bytes}")
+
+    @staticmethod
+    def _over(limit: str, detail: str) -> SchemaLimitError:
+        return SchemaLimitError(f"schema over schema_limits.{limit}: {detail}")
 
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    """A checked, compiled tool schema; `key` identifies it in the verdict cache."""
+    """A checked, compiled tool schema; `key` identifies it in the verdict cache, `patterns`
+    holds its regexes compiled with their ECMA-262 meaning."""
 
     key: int
     validator: Validator
+    patterns: Patterns = field(default_factory=Patterns, compare=False)
 
     def violations(self, instance: Any, deadline: float | None = None) -> tuple[Violation, ...]:
         """Every way `instance` fails the schema.
@@ -52,7 +142,7 @@ class Compiled:
         `pattern_timeout` (a regex match ran out of time) or `validation_timeout`.
         """
         found: dict[Violation, None] = {}
-        with budget.spending(Budget(deadline)) as spent:
+        with budget.spending(Budget(deadline, patterns=self.patterns)) as spent:
             try:
                 for error in self.validator.iter_errors(instance):
                     found.update(dict.fromkeys(_explain(error)))
@@ -68,45 +158,99 @@ class Compiled:
         return tuple(found)
 
 
-def compile_schema(schema: Any, key: int) -> Compiled:
+def compile_schema(schema: Any, key: int, limits: SchemaLimits | None = None) -> Compiled:
     """Check and compile a schema in the dialect of its `$schema` (default Draft 2020-12).
 
-    Raises SchemaError for a schema that is not a valid JSON Schema, or whose validation
-    could not be bounded in time.
+    Raises SchemaLimitError for a schema over `limits` (checked first, default SchemaLimits()),
+    SchemaError for one that is not a valid JSON Schema (its patterns ECMA-262), or whose
+    validation could not be bounded in time.
     """
+    limits = SchemaLimits() if limits is None else limits
+    limits.check_size(_bounded_canonical(schema, limits))
+    return _compile(schema, key)
+
+
+def _bounded_canonical(schema: Any, limits: SchemaLimits) -> bytes:
+    """The schema's canonical JSON, once its walk found it within `limits`."""
     if not isinstance(schema, dict | bool):
         raise SchemaError(f"a schema is an object or a boolean, not {type(schema).__name__}")
+    limits.check(schema)
+    return _canonical(schema)
+
+
+def _compile(schema: Any, key: int) -> Compiled:
     if isinstance(schema, dict) and not isinstance(schema.get("$schema", ""), str):
         raise SchemaError("$schema is not a string")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    patterns = Patterns()
     try:
-        cls.check_schema(schema)  # type: ignore[arg-type]  # a boolean is a schema too
+        # Typed loosely: a boolean is a schema too, and the protocol omits `format_checker`.
+        checking: Any = cls
+        checking.check_schema(schema, format_checker=_format_checker(cls, patterns))
     except RecursionError:
         raise SchemaError("schema nested too deep") from None
+    except SchemaError as exc:
+        if isinstance(exc.cause, PatternError):
+            raise SchemaError(f"pattern {exc.instance!r}: {exc.cause}") from None
+        raise
     why = budget.unbounded(schema, cls)
     if why is not None:
         raise SchemaError(why)
     # An empty registry: a `$ref` to a URL is never fetched (the default would fetch it, and a
     # request's `tools` would make the proxy open any URL a client names).
-    return Compiled(key, budget.bounded(cls)(schema, registry=referencing.Registry()))
+    # Numbers as Decimals: the arguments are read exactly, and compared with what was written.
+    validator = budget.bounded(cls)(_exact_numbers(schema), registry=referencing.Registry())
+    return Compiled(key, validator, patterns)
+
+
+def _exact_numbers(schema: Any) -> Any:
+    """`schema` with each float replaced by the Decimal of its shortest repr (its literal)."""
+    if isinstance(schema, float):
+        return budget.exact(schema)
+    if isinstance(schema, dict):
+        return {key: _exact_numbers(value) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_exact_numbers(value) for value in schema]
+    return schema
+
+
+def _format_checker(cls: type[Validator], patterns: Patterns) -> Any:
+    """The dialect's own format checker, with `regex` read as ECMA-262: each pattern the
+    metaschema finds is compiled once, into `patterns`."""
+
+    def is_regex(instance: object) -> bool:
+        if isinstance(instance, str):
+            patterns.get(instance)
+        return True
+
+    checker = jsonschema.FormatChecker(())
+    checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (is_regex, PatternError)}
+    return checker
+
+
+class UnusableSchema(SchemaError):
+    """A valid JSON Schema that no call can pass: its `$ref`s never reach a value."""
 
 
 def check_terminates(compiled: Compiled) -> None:
-    """Raise SchemaError when validating a trivial value recurses without end.
+    """Raise UnusableSchema when validating a trivial value recurses without end.
 
     Such a schema has a `$ref` cycle that never reaches a value (`{"$ref": "#"}`): no call can
-    ever pass it. A request's schema like that fails its calls (`schema_unusable`); a pinned
+    ever pass it. A request's schema like that fails its calls (`schema_unusable`) before any
+    of them is validated, so the answer never depends on how fast validation runs; a pinned
     one is refused when the config is loaded.
     """
-    with budget.spending(Budget(time.monotonic() + _PROBE_S)):
-        for value in _PROBES:
+    for value in _PROBES:
+        with budget.spending(Budget(None, steps=_PROBE_STEPS, patterns=compiled.patterns)):
             try:
                 for _ in compiled.validator.iter_errors(value):
                     pass
             except RecursionError:
-                raise SchemaError("a $ref cycle: the schema refers to itself without end") from None
+                raise UnusableSchema(
+                    "a $ref cycle: the schema refers to itself without end"
+                ) from None
             except Exception:
-                # Out of time, or a `$ref` that cannot be resolved: found out at validation.
+                # Out of steps, or a `$ref` that cannot be resolved: found out at validation.
                 continue
 
 
@@ -139,23 +283,45 @@ class SchemaCache:
     def __init__(self, max_schemas: int = 1024) -> None:
         self._serial = itertools.count(1)
         self._compiled: LRU[bytes, Compiled | SchemaError] = LRU(max_schemas)
+        # Schemas may be compiled in a worker thread while the event loop looks others up.
+        self._lock = threading.Lock()
 
     def next_key(self) -> int:
         return next(self._serial)
 
-    def compile(self, schema: Any) -> Compiled:
-        """The compiled schema; raises SchemaError (remembered too) for an invalid one."""
-        canonical = _canonical(schema)
-        found = self._compiled.get(canonical)
+    def compile(self, schema: Any, limits: SchemaLimits | None = None) -> Compiled:
+        """The compiled schema; raises SchemaError (remembered too) for an invalid one.
+
+        A schema over `limits` is refused by their walk alone, before it is even serialised.
+        """
+        limits = SchemaLimits() if limits is None else limits
+        canonical = _bounded_canonical(schema, limits)
+        with self._lock:
+            found = self._compiled.get(canonical)
         if found is None:
             try:
-                found = compile_schema(schema, self.next_key())
+                limits.check_size(canonical)
+                found = _compile(schema, self.next_key())
+                check_terminates(found)
             except SchemaError as exc:
                 found = exc
-            self._compiled.put(canonical, found)
+            with self._lock:
+                self._compiled.put(canonical, found)
         if isinstance(found, SchemaError):
             raise found
         return found
+
+    def pending(self, schema: Any, limits: SchemaLimits | None = None) -> bool:
+        """Whether compiling `schema` would take work: it is within `limits` and not cached.
+
+        Cheap: the limits' walk and one serialisation, never a check or a compile.
+        """
+        try:
+            canonical = _bounded_canonical(schema, SchemaLimits() if limits is None else limits)
+        except SchemaError:
+            return False  # refused by the walk alone, at once
+        with self._lock:
+            return self._compiled.get(canonical) is None
 
     def __len__(self) -> int:
         return len(self._compiled)

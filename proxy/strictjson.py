@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
 from typing import Any
 
 
@@ -63,13 +64,28 @@ def _integer(text: str) -> int:
     return int(text)
 
 
+def _exact(text: str) -> Decimal:
+    # The number as written: a double would read 100.00000000000000001 as 100.0.
+    if len(text) > MAX_DIGITS:
+        raise ValueError(f"Exceeds the limit ({MAX_DIGITS} characters) for a number")
+    _finite(text)
+    return Decimal(text)
+
+
 _decoder = json.JSONDecoder(
     object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_finite, parse_int=_integer
 )
+_exact_decoder = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_exact, parse_int=_integer
+)
 
 
-def loads(doc: str | bytes) -> Any:
-    """Parse one strict JSON value or raise StrictJSONError naming what is wrong and where."""
+def loads(doc: str | bytes, *, exact: bool = False) -> Any:
+    """Parse one strict JSON value or raise StrictJSONError naming what is wrong and where.
+
+    With `exact`, a number with a fraction or an exponent is a Decimal of exactly what was
+    written, not the nearest double (integers are exact either way).
+    """
     if isinstance(doc, bytes | bytearray):
         try:
             text = bytes(doc).decode("utf-8")
@@ -80,7 +96,7 @@ def loads(doc: str | bytes) -> Any:
     else:
         text = doc
     try:
-        value = _decoder.decode(text)
+        value = (_exact_decoder if exact else _decoder).decode(text)
     except _Duplicate as exc:
         where = _object_of_duplicate(text)
         raise StrictJSONError(f"duplicate key {exc.key!r} in the object", where, text) from None

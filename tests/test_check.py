@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from proxy.check import DocumentError, iter_documents
 from tests.conftest import LOOKUP_SCHEMA as LOOKUP
 from tests.conftest import SALES_SCHEMA as SALES
 
@@ -491,3 +492,40 @@ def test_python_m_proxy(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert json.loads(done.stdout)["outcome"] == "block"
+
+
+def _message(content: str) -> dict[str, Any]:
+    return {"model": "m", "input": [{"role": "user", "content": content}]}
+
+
+@pytest.mark.parametrize(
+    ("data", "lines"),
+    [
+        pytest.param(f"{json.dumps(CLEAN)}\n{json.dumps(CLEAN)}\n", [1, 2], id="newline"),
+        pytest.param(f"{json.dumps(CLEAN)}\r\n{json.dumps(CLEAN)}\r\n", [1, 2], id="crlf"),
+        pytest.param(f"{json.dumps(CLEAN)}\n\n \t\r\n{json.dumps(CLEAN)}", [1, 4], id="blank"),
+        *(
+            pytest.param(
+                json.dumps(_message(f"a{sep}b"), ensure_ascii=False) + "\n" + json.dumps(CLEAN),
+                [1, 2],
+                id=f"raw-u{ord(sep):04x}-inside-a-string",
+            )
+            # Line breaks to str.splitlines(), not to JSON Lines; JSON strings may hold them raw.
+            for sep in "\u2028\u2029\x85"
+        ),
+    ],
+)
+def test_json_lines_split_on_newline_only(data: str, lines: list[int]) -> None:
+    documents = list(iter_documents("f", data.encode()))
+    assert [d.line for d in documents] == lines
+    assert documents[0].body == json.loads(data.split("\n")[0])
+
+
+@pytest.mark.parametrize(
+    "separator", [pytest.param(s, id=f"u{ord(s):04x}") for s in "\u2028\u2029\x85\x0c"]
+)
+def test_json_lines_other_line_breaks_do_not_separate_documents(separator: str) -> None:
+    # JSON knows no such whitespace: two documents joined by one are one unreadable line.
+    data = json.dumps(CLEAN) + "\n" + json.dumps(CLEAN) + separator + json.dumps(CLEAN)
+    with pytest.raises(DocumentError, match=r"^f: line 2 column \d+: trailing data"):
+        list(iter_documents("f", data.encode()))

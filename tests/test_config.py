@@ -230,6 +230,26 @@ MISTAKES = [
     pytest.param(
         {"limits": {"max_body_bytes": 0}}, "limits.max_body_bytes: 0 is less", id="max-body-0"
     ),
+    pytest.param(
+        {"gate": {"schema_limits": {"max_depth": 0}}},
+        "gate.schema_limits.max_depth: 0 is less",
+        id="schema-limit-0",
+    ),
+    pytest.param(
+        {"gate": {"schema_limits": {"max_dept": 8}}},
+        "gate.schema_limits.max_dept: unknown key",
+        id="schema-limit-misspelled",
+    ),
+    pytest.param(
+        {"gate": {"schema_limits": {"max_bytes": "1MB"}}},
+        "gate.schema_limits.max_bytes: '1MB' is not of type 'integer'",
+        id="schema-limit-not-a-number",
+    ),
+    pytest.param(
+        {"gate": {"schema_limits": {"max_subschemas": 3}}, "tools": {"t": {"anyOf": [{}, {}, {}]}}},
+        "tools.t: not a valid JSON Schema: schema over schema_limits.max_subschemas",
+        id="pinned-schema-over-a-limit",
+    ),
     pytest.param({"gate": None}, "gate: None is not of type 'object'", id="section-null"),
     pytest.param({"listen": [8787]}, "listen: [8787] is not of type 'object'", id="section-list"),
     pytest.param([], "the config must be a mapping", id="not-a-mapping"),

@@ -15,7 +15,7 @@ from jsonschema.protocols import Validator
 from proxy import items
 from proxy.gate import Policy, Verdict, inspect, rejection
 from proxy.items import Item
-from proxy.schemas import Compiled, SchemaCache
+from proxy.schemas import Compiled, SchemaCache, SchemaLimits
 from tests.conftest import SALES_SCHEMA as SALES
 
 SALES_TOOL = {"type": "function", "name": "get_latest_sales_report", "parameters": SALES}
@@ -1024,12 +1024,20 @@ SCHEMAS = [
         [tool({"$ref": "urn:example:nowhere"})], {}, APAC, [("", "schema_unusable")], id="urn-ref"
     ),
     pytest.param(
-        # ECMA-262 named group syntax, which Python's `re` cannot compile.
+        # ECMA-262 named group syntax, which Python's `re` cannot compile: a valid pattern.
         [tool({"properties": {"region": {"pattern": "^(?<x>a)$"}}})],
         {},
         APAC,
+        [("/region", "pattern")],
+        id="ecma-only-pattern-valid",
+    ),
+    pytest.param(
+        # Python's named group syntax, which ECMA-262 does not have.
+        [tool({"properties": {"region": {"pattern": "^(?P<x>a)$"}}})],
+        {},
+        APAC,
         [("", "invalid_schema")],
-        id="ecma-only-pattern-invalid",
+        id="python-only-pattern-invalid",
     ),
 ]
 
@@ -1474,11 +1482,13 @@ class CountingSchemas(SchemaCache):
         self.validated: list[Any] = []
         self.compiled: dict[int, Compiled] = {}
 
-    def compile(self, schema: Any) -> Compiled:
-        found = super().compile(schema)
+    def compile(self, schema: Any, limits: SchemaLimits | None = None) -> Compiled:
+        found = super().compile(schema, limits)
         if found.key not in self.compiled:
             counting = CountingValidator(found.validator, self.validated)
-            self.compiled[found.key] = Compiled(found.key, cast(Validator, counting))
+            self.compiled[found.key] = Compiled(
+                found.key, cast(Validator, counting), found.patterns
+            )
         return self.compiled[found.key]
 
 

@@ -548,6 +548,21 @@ def test_pinned_schema_no_call_could_finish_stops_the_start(schema: Any) -> None
         parse_config({"tools": {"lookup": schema}})
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        pytest.param(RECURSIVE, id="recursive-ref"),
+        pytest.param({"$ref": "#"}, id="ref-to-itself"),
+        pytest.param({"anyOf": [{"type": "string"}, {"$ref": "#"}]}, id="ref-cycle-in-anyof"),
+    ],
+)
+def test_request_schema_no_call_could_finish_is_found_before_validating(schema: Any) -> None:
+    # A budget spent before validation starts: only a check that does not validate can answer.
+    policy = Policy(validation_timeout_s=1e-9)
+    [finding] = inspect(json.loads(replay("{}", schema)), policy).findings
+    assert [v.as_dict() for v in finding.fail] == [{"path": "", "reason": "schema_unusable"}]
+
+
 def test_pinned_schema_recursing_through_values_is_accepted() -> None:
     # Recursion that descends into the value ends with the value: a tree of any depth.
     tree = {"type": "object", "properties": {"children": {"items": {"$ref": "#"}}}}
