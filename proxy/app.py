@@ -100,7 +100,9 @@ async def answer_failures(request: web.Request, handler: Handler) -> web.StreamR
         if isinstance(exc, ProxyError):
             failure = exc
         else:
-            log.exception("%s unexpected error: %s %s", request_id, request.method, request.path)
+            log.exception(
+                "%s unexpected error: %s %s", request_id, request.method, request.raw_path
+            )
             failure = internal_error(request_id)
         begun: web.StreamResponse | None = request.get(_BEGUN)
         if begun is not None:
