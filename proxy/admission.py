@@ -31,6 +31,7 @@ from proxy.ledger import Ledger
 from proxy.metrics import Metrics
 
 Transport = Literal["http", "websocket", "extproc"]
+TRANSPORTS: tuple[Transport, ...] = ("http", "websocket", "extproc")
 
 # A gated body goes upstream decoded (exactly the bytes the gate judged), so its
 # Content-Encoding no longer applies.
@@ -54,6 +55,12 @@ class Request:
     content_encoding: str = ""
     # When the body began to arrive (`time.perf_counter()`), for the gate's time; None: now.
     started: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.path not in routes.GATED:
+            raise ValueError(f"path: {self.path!r} is not a gated path")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport: {self.transport!r} is not one of {', '.join(TRANSPORTS)}")
 
 
 @dataclass(frozen=True, slots=True)

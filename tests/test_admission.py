@@ -307,3 +307,17 @@ async def test_admission(books: Books, case: Case) -> None:
     for record in records:
         assert (record["request_id"], record["transport"]) == ("req_1", case.transport)
         assert (record["tenant"], record["path"]) == (case.tenant, case.path)
+
+
+@pytest.mark.parametrize(
+    ("path", "transport", "problem"),
+    [
+        pytest.param("/v1/models", "http", "path: '/v1/models' is not a gated path", id="path"),
+        pytest.param("/v1/responses", "grpc", "transport: 'grpc' is not one of", id="transport"),
+    ],
+)
+def test_a_request_admission_cannot_route_is_refused_when_made(
+    path: str, transport: Any, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        admission.Request(CLEAN, path, transport, "req_1")
