@@ -39,13 +39,12 @@ from proxy.boundary import (
     upstream_headers,
 )
 from proxy.config import Config
-from proxy.http1 import Answer
 from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.stores import open_store
-from proxy.tap import ResponseTap, readable_accept_encoding
-from proxy.upstream import Tap, UpstreamError, body_headers_named
-from proxy.websocket import is_websocket, relay_websocket
+from proxy.tap import Recording, readable_accept_encoding
+from proxy.upstream import UpstreamError, body_headers_named, not_utf8
+from proxy.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 
 log = logging.getLogger("replay_proxy")
 
@@ -187,6 +186,11 @@ async def proxy(request: web.Request) -> web.StreamResponse:
             "invalid_connection_header",
             f"Connection names {named[0]}, which gives the body its meaning and is never dropped",
         )
+    unreadable = not_utf8(request.headers)
+    if unreadable is not None:
+        # It could not go upstream as it came (see not_utf8): refused rather than changed.
+        request.app[METRICS].requests.labels("any", "invalid").inc()
+        return error_response(400, "invalid_header", f"the value of {unreadable} is not UTF-8 text")
     current = request.app[LIVE].current
     current.upstream.acquire()
     try:
@@ -209,6 +213,8 @@ async def _proxy(request: web.Request, current: Current) -> web.StreamResponse:
     gated = target.gated
     if gated is not None and is_websocket(request):
         return await relay_websocket(request, current, tenant, gated, target.query)
+    if is_websocket(request):
+        return await relay_websocket_ungated(request, current, target.forward)
     if gated is not None and (request.method not in _BODYLESS or request.body_exists):
         return await gate(request, current, tenant, gated, target.query)
     data = request.content.iter_any() if request.body_exists else None
@@ -225,7 +231,7 @@ async def relay(
     headers: CIMultiDict[str],
     extra_headers: Mapping[str, str] | None = None,
     outcome: str = "forward",
-    tap_for: Callable[[Answer], Tap | None] | None = None,
+    recording: Recording | None = None,
 ) -> web.StreamResponse:
     app = request.app
     streams = app[METRICS].open_streams
@@ -238,7 +244,7 @@ async def relay(
             data=data,
             headers=headers,
             extra_headers=extra_headers,
-            tap_for=tap_for,
+            recording=recording,
         )
     except UpstreamError as exc:
         app[METRICS].requests.labels(route, "upstream_error").inc()
@@ -270,10 +276,10 @@ async def gate(
     decided = await _decide(request, config, tenant, path, route)
     if isinstance(decided, web.StreamResponse):
         return decided
-    tap_for = None
+    recording = None
     headers = upstream_headers(request.headers, config, decided.drop)
     if route == "responses":
-        tap_for = _tap_for(
+        recording = Recording(
             app[LEDGER], tenant or "-", config.limits.max_body_bytes, request[REQUEST_ID]
         )
         if "Accept-Encoding" in headers:
@@ -289,7 +295,7 @@ async def gate(
         headers,
         decided.extra_headers,
         decided.outcome,
-        tap_for,
+        recording,
     )
 
 
@@ -338,26 +344,6 @@ async def _decide(
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
     return _Forward(decoded, _DECODED_DROP, extra, "forward")
-
-
-def _tap_for(
-    ledger: Ledger, tenant: str, limit: int, request_id: str
-) -> Callable[[Answer], Tap | None]:
-    def tap(upstream: Answer) -> Tap | None:
-        if upstream.status != 200:
-            return None
-        headers = upstream.headers
-        return ResponseTap(
-            ledger,
-            tenant,
-            headers.get("Content-Type", ""),
-            upstream.content_length,
-            limit,
-            ", ".join(headers.getall("Content-Encoding", ())),
-            request_id,
-        )
-
-    return tap
 
 
 async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:

@@ -278,6 +278,34 @@ async def test_header_bytes_beyond_ascii_are_relayed_unchanged_both_ways(
     assert seen.header(b"x-name") == sent
 
 
+async def test_a_client_header_that_is_not_utf8_is_refused(
+    wire: Wire, start_proxy: ProxyFactory
+) -> None:
+    """Latin-1 bytes could not reach the upstream unchanged: 400 naming the header, and the
+    upstream hears nothing."""
+    upstream = await wire([(answer(b"ok"), False)])
+    proxy = await start_proxy(upstream.url)
+    got = await raw_exchange(
+        proxy,
+        b"GET /v1/models HTTP/1.1\r\nHost: proxy\r\nX-Name: caf\xe9\r\nConnection: close\r\n\r\n",
+    )
+    assert got.startswith(b"HTTP/1.1 400 "), got[:200]
+    error = json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]
+    assert error["code"] == "invalid_header"
+    assert "X-Name" in error["message"]
+    assert upstream.seen == []
+
+
+async def test_an_answer_header_that_is_not_utf8_is_a_bad_answer(
+    wire: Wire, start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    upstream = await wire([(answer(b"ok", b"X-Reply: caf\xe9"), False)])
+    proxy = await start_proxy(upstream.url)
+    async with client.get(proxy + "/v1/models") as got:
+        assert got.status == 502
+        assert (await got.json())["error"]["code"] == "upstream_bad_response"
+
+
 async def test_an_answer_cut_by_a_reset_reaches_the_client_cut(
     wire: Wire, start_proxy: ProxyFactory, client: aiohttp.ClientSession
 ) -> None:
@@ -331,9 +359,7 @@ async def test_an_early_answer_is_relayed_while_the_upstream_stops_reading(
         assert (got.status, await got.read()) == (413, b"too large")
     client_done.set()
     async with asyncio.timeout(GUARD_S):
-        while not closed_by_proxy.is_set() and upstream.closed == 0:
-            await asyncio.sleep(POLL_S)
-    assert closed_by_proxy.is_set()
+        await closed_by_proxy.wait()
 
 
 async def test_an_answer_head_past_the_limit_is_refused_unread(
@@ -417,9 +443,12 @@ async def test_the_connection_limit_holds_requests_until_a_connection_is_free(
             return got.status, await got.read()
 
     both = asyncio.gather(get(), get())
-    async with asyncio.timeout(GUARD_S):
-        while len(upstream.seen) < 1 or await open_streams(client, proxy) < 2:
-            await asyncio.sleep(POLL_S)
+    for _ in range(int(GUARD_S / POLL_S)):
+        if len(upstream.seen) == 1 and await open_streams(client, proxy) == 2:
+            break
+        await asyncio.sleep(POLL_S)
+    else:
+        raise AssertionError("the two requests did not both reach the proxy")
     upstream.hold[0].set()
     assert sorted(await both) == [(200, b"first"), (200, b"second")]
     assert upstream.connections == 1
@@ -432,6 +461,7 @@ class EchoSocket:
     def __init__(self) -> None:
         self.paths: list[str] = []
         self.close_codes: list[int | None] = []
+        self.two_closed = asyncio.Event()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse()
@@ -445,6 +475,8 @@ class EchoSocket:
             elif message.type == aiohttp.WSMsgType.BINARY:
                 await ws.send_bytes(message.data)
         self.close_codes.append(ws.close_code)
+        if len(self.close_codes) == 2:
+            self.two_closed.set()
         return ws
 
 
@@ -472,8 +504,7 @@ async def test_a_websocket_on_an_ungated_path_is_relayed_as_a_websocket(
             assert (await ws.receive_str()) == "echo:hello"
             await ws.close(code=4001, message=b"client done")
         async with asyncio.timeout(GUARD_S):
-            while len(echo.close_codes) < 2:
-                await asyncio.sleep(POLL_S)
+            await echo.two_closed.wait()
         assert echo.paths == ["/v1/realtime?model=m", "/v1/realtime"]
         assert echo.close_codes[1] == 4001
     finally:

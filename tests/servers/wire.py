@@ -178,9 +178,7 @@ class ForwardProxy:
         else:
             match = re.match(rb"http://([^/:]+):(\d+)(/.*)", target)
             assert match is not None, target
-            up_reader, up_writer = await asyncio.open_connection(
-                match[1].decode(), int(match[2])
-            )
+            up_reader, up_writer = await asyncio.open_connection(match[1].decode(), int(match[2]))
             rest = head.replace(target, match[3], 1)
         up_writer.write(rest)
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
