@@ -127,10 +127,11 @@ class Upstream:
     api_key_env: str | None = None
     # Connections open to the upstream at once, in use or idle; a request waits for one.
     max_connections: int = 256
-    # An idle connection is closed after this long. Below the upstream's own idle timeout
-    # (often 60-75 s, some 5 s): a request sent on a connection the upstream has just closed
-    # fails, and only an idempotent one is retried.
-    keepalive_s: float = 15.0
+    # An idle connection is closed after this long: keep it below the upstream's own idle
+    # timeout (its `Keep-Alive: timeout=`), since a POST sent on a connection the upstream has
+    # just closed fails (only an idempotent request is retried). 4 s is under the 5 s of
+    # uvicorn's and Node's defaults, the shortest common ones.
+    keepalive_s: float = 4.0
     # TLS: the CA bundle the upstream's certificate is checked against (default: the
     # system's), and a client certificate with its key for an upstream that asks for one.
     ca_file: str | None = None
