@@ -125,8 +125,10 @@ class Upstream:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
     api_key_env: str | None = None
-    # Connections open to the upstream at once, in use or idle; a request waits for one.
-    max_connections: int = 256
+    # Connections open to the upstream at once, in use or idle; a request waits for one. A
+    # streamed answer holds its connection as long as it lasts: this bounds the streams open
+    # at once too (two file descriptors each, with the client's).
+    max_connections: int = 4096
     # An idle connection is closed after this long: keep it below the upstream's own idle
     # timeout (its `Keep-Alive: timeout=`), since a POST sent on a connection the upstream has
     # just closed fails (only an idempotent request is retried). 4 s is under the 5 s of

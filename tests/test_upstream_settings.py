@@ -42,7 +42,7 @@ def test_every_upstream_key(tmp_path: Path) -> None:
 
 def test_the_defaults() -> None:
     upstream = parse_config({}).upstream
-    assert (upstream.max_connections, upstream.keepalive_s, upstream.trust_env) == (256, 4, True)
+    assert (upstream.max_connections, upstream.keepalive_s, upstream.trust_env) == (4096, 4, True)
     assert (upstream.ca_file, upstream.client_cert, upstream.client_key) == (None, None, None)
 
 
