@@ -293,7 +293,10 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     if "://" not in proxy:
         proxy = "http://" + proxy  # as curl reads a bare host:port
     if urlsplit(proxy).scheme not in ("http", "https"):
-        raise ValueError(f"the proxy for {parts.scheme} is not an http(s) URL")
+        raise ValueError(
+            f"the proxy the environment names for {parts.scheme} is not an http(s) URL "
+            "(false: the environment's proxy settings are ignored)"
+        )
     return proxy
 
 
