@@ -139,11 +139,14 @@ async def relay_websocket(
     app = request.app
     connection_id = request[REQUEST_ID]
     limit = current.config.limits.max_body_bytes
+    protocols = [
+        p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
+    ]
     try:
         upstream = await current.upstream.connect_websocket(
             path + query,
             upstream_headers(request.headers, current.config, _WEBSOCKET_OWN),
-            _protocols(request),
+            protocols,
             limit,
         )
     except UpstreamError as exc:
