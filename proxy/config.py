@@ -166,6 +166,28 @@ class Upstream:
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{name}: {path!r} is not a readable file")
+        if self.ca_file is not None or self.client_cert is not None:
+            self._check_tls_files()
+
+    def _check_tls_files(self) -> None:
+        """Load the TLS files once, so that one that is not PEM stops the start naming its
+        key; the upstream hop loads them again into its own context."""
+        import ssl  # here: only a config that names TLS files pays for loading it
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # empty: no system store to load
+        try:
+            if self.ca_file is not None:
+                context.load_verify_locations(cafile=self.ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"ca_file: {self.ca_file!r} holds no CA certificate: {exc}") from None
+        try:
+            if self.client_cert is not None:
+                context.load_cert_chain(self.client_cert, self.client_key)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(
+                f"client_cert: {self.client_cert!r} with client_key {self.client_key!r} is not "
+                f"a certificate and its key: {exc}"
+            ) from None
 
 
 @dataclass(frozen=True)

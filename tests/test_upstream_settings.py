@@ -8,14 +8,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 from proxy.config import ConfigError, Upstream, parse_config, proxy_for
 from proxy.upstream import Upstream as Hop
 
 
+def pem_files(directory: Path) -> None:
+    """A CA's certificate (ca.pem), and a certificate it issued with its key (client.*)."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    issued = ca.issue_cert("replay-proxy.test")
+    issued.cert_chain_pems[0].write_to_path(str(directory / "client.pem"))
+    issued.private_key_pem.write_to_path(str(directory / "client.key"))
+
+
 def test_every_upstream_key(tmp_path: Path) -> None:
-    for name in ("ca.pem", "client.pem", "client.key"):
-        (tmp_path / name).write_text("-", encoding="utf-8")
+    pem_files(tmp_path)
     config = parse_config(
         {
             "upstream": {
@@ -54,17 +63,31 @@ def test_the_defaults() -> None:
         pytest.param({"keepalive_s": 0}, "upstream.keepalive_s", id="keepalive-zero"),
         pytest.param({"trust_env": "yes"}, "upstream.trust_env", id="trust-env-string"),
         pytest.param({"ca_file": "/nonexistent/ca.pem"}, "upstream.ca_file", id="ca-missing"),
-        pytest.param({"client_cert": "CERT"}, "upstream.client_key", id="cert-without-key"),
-        pytest.param({"client_key": "KEY"}, "upstream.client_cert", id="key-without-cert"),
+        pytest.param({"client_cert": "client.pem"}, "upstream.client_key", id="cert-without-key"),
+        pytest.param({"client_key": "client.key"}, "upstream.client_cert", id="key-without-cert"),
+        pytest.param({"ca_file": "not-pem"}, "upstream.ca_file", id="ca-not-pem"),
+        pytest.param(
+            {"client_cert": "not-pem", "client_key": "client.key"},
+            "upstream.client_cert",
+            id="cert-not-pem",
+        ),
+        pytest.param(
+            {"client_cert": "client.pem", "client_key": "ca.pem"},
+            "upstream.client_cert",
+            id="key-not-the-certificate's",
+        ),
         pytest.param({"max_connection": 4}, "upstream.max_connection: unknown key", id="typo"),
     ],
 )
 def test_a_bad_upstream_setting_names_its_key(
     tmp_path: Path, section: dict[str, Any], expected: str
 ) -> None:
-    (tmp_path / "CERT").write_text("-", encoding="utf-8")
-    (tmp_path / "KEY").write_text("-", encoding="utf-8")
-    section = {k: str(tmp_path / v) if k.startswith("client_") else v for k, v in section.items()}
+    pem_files(tmp_path)
+    (tmp_path / "not-pem").write_text("-", encoding="utf-8")
+    section = {
+        k: str(tmp_path / v) if isinstance(v, str) and not v.startswith("/") else v
+        for k, v in section.items()
+    }
     with pytest.raises(ConfigError) as raised:
         parse_config({"upstream": section})
     assert str(raised.value).startswith(expected), str(raised.value)
