@@ -513,6 +513,22 @@ async def test_a_websocket_on_an_ungated_path_is_relayed_as_a_websocket(
         await server.close()
 
 
+async def test_an_ungated_websocket_the_upstream_refuses_gets_its_status(
+    wire: Wire, start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    """The upgrade reaches the upstream as one (its Upgrade headers kept), and a refusal's
+    status comes back."""
+    upstream = await wire([(answer(b"no", status=b"403 Forbidden"), True)])
+    proxy = await start_proxy(upstream.url)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await client.ws_connect(proxy + "/v1/realtime")
+    assert refused.value.status == 403
+    (seen,) = upstream.seen
+    assert seen.request_line == b"GET /v1/realtime HTTP/1.1"
+    assert (seen.header(b"upgrade") or b"").lower() == b"websocket"
+    assert seen.header(b"sec-websocket-key") is not None
+
+
 # Proxies, CA bundles and client certificates.
 
 
