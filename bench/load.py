@@ -91,6 +91,11 @@ def main() -> int:
     parser.add_argument(
         "--no-litellm", action="store_true", help="leave out LiteLLM even if it is installed"
     )
+    parser.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="run the pass-through and replay-proxy on uvloop's event loop",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("load.py needs wrk on the PATH (Debian: apt-get install wrk)", file=sys.stderr)  # noqa: T201
@@ -110,6 +115,7 @@ def main() -> int:
             ("--quick", args.quick),
             (f"--rounds {args.rounds}", args.rounds is not None),
             (f"--duration {args.duration}", args.duration is not None),
+            ("--uvloop", args.uvloop),
         )
         if on
     )
@@ -149,13 +155,16 @@ def main() -> int:
                     stub.url,
                     "--port",
                     str(pass_port),
+                    *(["--uvloop"] if args.uvloop else []),
                 ],
                 pass_port,
                 log,
             )
         )
+        on_loop = [str(BENCH / "on_uvloop.py")] if args.uvloop else []
         proxy_argv = [
             sys.executable,
+            *on_loop,
             "-m",
             "proxy",
             "serve",

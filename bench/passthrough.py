@@ -1,7 +1,9 @@
 """The reference hop: a bare aiohttp pass-through (one shared session, chunk streaming, no parsing).
 
-`python bench/passthrough.py --upstream URL --port P`. What any aiohttp proxy pays before it
-does anything with a request: the floor replay-proxy's forwarding is compared with.
+`python bench/passthrough.py --upstream URL --port P [--uvloop]`. What any aiohttp proxy pays
+before it does anything with a request: the floor replay-proxy's forwarding is compared with.
+Its client session is the one replay-proxy makes for its upstream (`proxy.upstream.Upstream`,
+default settings), so that the two differ only in what the proxy does with a request.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
+
+from proxy.config import Upstream as UpstreamSettings
+from proxy.upstream import Upstream
 
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 BASE = web.AppKey("base", str)
@@ -59,15 +64,11 @@ async def forward(request: web.Request) -> web.StreamResponse:
 
 def make_app(upstream: str) -> web.Application:
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
-        app[SESSION] = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            auto_decompress=False,
-            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=600),
-        )
+        hop = Upstream(UpstreamSettings(url=upstream))
+        await hop.start()
+        app[SESSION] = hop.session
         yield
-        await app[SESSION].close()
+        await hop.close()
 
     app = web.Application(handler_args={"auto_decompress": False})
     app[BASE] = upstream.rstrip("/")
@@ -80,9 +81,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--upstream", required=True, help="base URL of the upstream")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--uvloop", action="store_true", help="serve on uvloop's event loop")
     args = parser.parse_args()
+    loop = None
+    if args.uvloop:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
     web.run_app(
-        make_app(args.upstream), host="127.0.0.1", port=args.port, access_log=None, print=None
+        make_app(args.upstream),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=None,
+        loop=loop,
     )
     return 0
 

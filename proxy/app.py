@@ -34,13 +34,12 @@ from proxy.boundary import (
 )
 from proxy.config import Config
 from proxy.errors import ProxyError, internal_error
-from proxy.http1 import Answer
 from proxy.ledger import Ledger
 from proxy.metrics import CONTENT_TYPE, Metrics
 from proxy.stores import open_store
-from proxy.tap import ResponseTap, readable_accept_encoding
-from proxy.upstream import Tap, UpstreamError, body_headers_named
-from proxy.websocket import is_websocket, relay_websocket
+from proxy.tap import Recording, readable_accept_encoding
+from proxy.upstream import UpstreamError, body_headers_named, not_utf8
+from proxy.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 
 log = logging.getLogger("replay_proxy")
 
@@ -224,6 +223,11 @@ async def proxy(request: web.Request) -> web.StreamResponse:
             "invalid_connection_header",
             f"Connection names {named[0]}, which gives the body its meaning and is never dropped",
         )
+    unreadable = not_utf8(request.headers)
+    if unreadable is not None:
+        # It could not go upstream as it came (see not_utf8): refused rather than changed.
+        request.app[METRICS].requests.labels("any", "invalid").inc()
+        raise ProxyError(400, "invalid_header", f"the value of {unreadable} is not UTF-8 text")
     current = request.app[LIVE].current
     current.upstream.acquire()
     try:
@@ -246,6 +250,8 @@ async def _proxy(request: web.Request, current: Current) -> web.StreamResponse:
     gated = target.gated
     if gated is not None and is_websocket(request):
         return await relay_websocket(request, current, tenant, gated, target.query)
+    if is_websocket(request):
+        return await relay_websocket_ungated(request, current, target.forward)
     if gated is not None and (request.method not in _BODYLESS or request.body_exists):
         return await gate(request, current, tenant, gated, target.query)
     data = request.content.iter_any() if request.body_exists else None
@@ -262,7 +268,7 @@ async def relay(
     headers: CIMultiDict[str],
     extra_headers: Mapping[str, str] | None = None,
     outcome: str = "forward",
-    tap_for: Callable[[Answer], Tap | None] | None = None,
+    recording: Recording | None = None,
 ) -> web.StreamResponse:
     app = request.app
     streams = app[METRICS].open_streams
@@ -275,7 +281,7 @@ async def relay(
             data=data,
             headers=headers,
             extra_headers=extra_headers,
-            tap_for=tap_for,
+            recording=recording,
         )
     except UpstreamError as exc:
         app[METRICS].requests.labels(route, "upstream_error").inc()
@@ -327,10 +333,10 @@ async def gate(
     )
     if isinstance(decided, admission.Answer):
         return answer(decided)
-    tap_for = None
+    recording = None
     upstream = upstream_headers(headers, config, decided.drop_headers)
     if decided.record:
-        tap_for = _tap_for(app[LEDGER], tenant or "-", config.limits.max_body_bytes, request_id)
+        recording = Recording(app[LEDGER], tenant or "-", config.limits.max_body_bytes, request_id)
         if "Accept-Encoding" in upstream:
             upstream["Accept-Encoding"] = readable_accept_encoding(
                 ", ".join(upstream.popall("Accept-Encoding"))
@@ -344,28 +350,8 @@ async def gate(
         upstream,
         decided.add_headers or None,
         decided.outcome,
-        tap_for,
+        recording,
     )
-
-
-def _tap_for(
-    ledger: Ledger, tenant: str, limit: int, request_id: str
-) -> Callable[[Answer], Tap | None]:
-    def tap(upstream: Answer) -> Tap | None:
-        if upstream.status != 200:
-            return None
-        headers = upstream.headers
-        return ResponseTap(
-            ledger,
-            tenant,
-            headers.get("Content-Type", ""),
-            upstream.content_length,
-            limit,
-            ", ".join(headers.getall("Content-Encoding", ())),
-            request_id,
-        )
-
-    return tap
 
 
 async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:

@@ -43,6 +43,12 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "connect_timeout_s": _SECONDS,
                 "read_timeout_s": _SECONDS,
                 "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                "max_connections": {"type": "integer", "minimum": 1},
+                "keepalive_s": _SECONDS,
+                "ca_file": {"type": "string", "minLength": 1},
+                "client_cert": {"type": "string", "minLength": 1},
+                "client_key": {"type": "string", "minLength": 1},
+                "trust_env": {"type": "boolean"},
             }
         ),
         "gate": _object(
@@ -130,8 +136,27 @@ class Upstream:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
     api_key_env: str | None = None
+    # Connections open to the upstream at once, in use or idle; a request waits for one. A
+    # streamed answer holds its connection as long as it lasts: this bounds the streams open
+    # at once too (two file descriptors each, with the client's).
+    max_connections: int = 4096
+    # An idle connection is closed after this long: keep it below the upstream's own idle
+    # timeout (its `Keep-Alive: timeout=`), since a POST sent on a connection the upstream has
+    # just closed fails (only an idempotent request is retried). 4 s is under the 5 s of
+    # uvicorn's and Node's defaults, the shortest common ones.
+    keepalive_s: float = 4.0
+    # TLS: the CA bundle the upstream's certificate is checked against (default: the
+    # system's), and a client certificate with its key for an upstream that asks for one.
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    # Honour HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY, as curl and httpx do.
+    trust_env: bool = True
     # The key itself, read from `api_key_env` by the command line; never printed.
     api_key: str | None = field(default=None, repr=False)
+    # The forward proxy the hop goes through, chosen from the environment by the command
+    # line (`trust_env`); not printed: it may carry credentials.
+    proxy: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -145,6 +170,35 @@ class Upstream:
                 "url: may not carry credentials (user:password@); the proxy sends the "
                 "upstream a key from upstream.api_key_env"
             )
+        if (self.client_cert is None) != (self.client_key is None):
+            missing = "client_key" if self.client_key is None else "client_cert"
+            raise ValueError(f"{missing}: client_cert and client_key are given together")
+        for name in ("ca_file", "client_cert", "client_key"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}: {path!r} is not a readable file")
+        if self.ca_file is not None or self.client_cert is not None:
+            self._check_tls_files()
+
+    def _check_tls_files(self) -> None:
+        """Load the TLS files once, so that one that is not PEM stops the start naming its
+        key; the upstream hop loads them again into its own context."""
+        import ssl  # here: only a config that names TLS files pays for loading it
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # empty: no system store to load
+        try:
+            if self.ca_file is not None:
+                context.load_verify_locations(cafile=self.ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"ca_file: {self.ca_file!r} holds no CA certificate: {exc}") from None
+        try:
+            if self.client_cert is not None:
+                context.load_cert_chain(self.client_cert, self.client_key)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(
+                f"client_cert: {self.client_cert!r} with client_key {self.client_key!r} is not "
+                f"a certificate and its key: {exc}"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -199,14 +253,30 @@ class Config:
     clients: tuple[Client, ...] = ()
 
     def with_secrets(self, environ: Mapping[str, str]) -> Config:
-        """The config with `upstream.api_key` read from the variable `api_key_env` names."""
-        name = self.upstream.api_key_env
-        if name is None:
-            return self
-        key = environ.get(name)
-        if not key:
-            raise ConfigError(f"upstream.api_key_env: the environment variable {name} is not set")
-        return replace(self, upstream=replace(self.upstream, api_key=key))
+        """The config with what it takes from the environment: `upstream.api_key` from the
+        variable `api_key_env` names, and `upstream.proxy` (with `trust_env`) from the proxy
+        variables."""
+        upstream = self.upstream
+        if upstream.trust_env:
+            try:
+                upstream = replace(upstream, proxy=proxy_for(upstream.url, environ))
+            except ValueError as exc:
+                raise ConfigError(f"upstream.trust_env: {exc}") from None
+        name = upstream.api_key_env
+        if name is not None:
+            key = environ.get(name)
+            if not key:
+                raise ConfigError(
+                    f"upstream.api_key_env: the environment variable {name} is not set"
+                )
+            if any((c < " " and c != "\t") or c == "\x7f" for c in key):
+                # It goes into a header: a line break would let it write headers of its own.
+                raise ConfigError(
+                    f"upstream.api_key_env: the environment variable {name} holds a control "
+                    "character (CR, LF, ...), which no header value may carry"
+                )
+            upstream = replace(upstream, api_key=key)
+        return replace(self, upstream=upstream)
 
     def with_overrides(
         self, *, upstream: str | None = None, host: str | None = None, port: int | None = None
@@ -223,6 +293,44 @@ class Config:
         if port is not None:
             config = replace(config, listen=replace(config.listen, port=port))
         return config
+
+
+def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
+    """The forward proxy the environment names for `url`, as curl reads it: `<scheme>_proxy`
+    then `ALL_PROXY` (lower case first), unless `NO_PROXY` lists the host (`*`, the host, or
+    a domain it is in; a port, if given, must match). None for no proxy."""
+
+    def variable(name: str) -> str:
+        return (environ.get(name.lower()) or environ.get(name.upper()) or "").strip()
+
+    parts = urlsplit(url)
+    proxy = variable(f"{parts.scheme}_proxy") or variable("all_proxy")
+    if not proxy:
+        return None
+    host = (parts.hostname or "").lower()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    for entry in variable("no_proxy").split(","):
+        entry = entry.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return None
+        name, _, entry_port = entry.removeprefix("[").partition("]:")
+        if not entry_port and entry.count(":") == 1:
+            name, _, entry_port = entry.partition(":")
+        name = name.rstrip("]").lstrip(".")
+        if entry_port and entry_port != str(port):
+            continue
+        if host == name or host.endswith("." + name):
+            return None
+    if "://" not in proxy:
+        proxy = "http://" + proxy  # as curl reads a bare host:port
+    if urlsplit(proxy).scheme not in ("http", "https"):
+        raise ValueError(
+            f"the proxy the environment names for {parts.scheme} is not an http(s) URL "
+            "(false: the environment's proxy settings are ignored)"
+        )
+    return proxy
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

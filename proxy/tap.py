@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -14,6 +15,33 @@ from proxy.ledger import Ledger
 log = logging.getLogger("replay_proxy")
 
 _TERMINAL = ("response.completed", "response.incomplete")
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Where the answer to a request is recorded: the ledger, the tenant it is recorded for,
+    the most bytes read of it, and the request's id for the log."""
+
+    ledger: Ledger
+    tenant: str
+    limit: int
+    request_id: str
+
+    def tap(
+        self, status: int, content_type: str, content_encoding: str, content_length: int | None
+    ) -> ResponseTap | None:
+        """The tap for an answer with this head; only a 200 completes a response."""
+        if status != 200:
+            return None
+        return ResponseTap(
+            self.ledger,
+            self.tenant,
+            content_type,
+            content_length,
+            self.limit,
+            content_encoding,
+            self.request_id,
+        )
 
 
 class ResponseTap:

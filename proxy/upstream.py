@@ -1,18 +1,22 @@
-"""Forwarding to the upstream: one connection pool, hop-by-hop headers dropped, answers streamed."""
+"""Forwarding to the upstream: one aiohttp client session, hop-by-hop headers dropped, answers
+streamed chunk by chunk."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, Callable, Mapping
+import ssl
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final
 
 import aiohttp
 from aiohttp import web
+from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy import config, http1
+from proxy import config
+from proxy.tap import Recording
 
 log = logging.getLogger("replay_proxy")
 
@@ -32,20 +36,21 @@ HOP_BY_HOP = frozenset(
 )
 # Set by the hop itself (its Host, its body's framing), or answered by this server (Expect).
 _REQUEST_OWN = ("Host", "Content-Length", "Expect")
+# The longest status line or header line, and the most header lines, of an answer's head
+# (aiohttp's defaults, which are nginx's 8 KiB): a longer head is a bad answer, refused
+# without reading on (RFC 9112 §2.3).
+MAX_LINE_BYTES: Final = 8190
+MAX_FIELD_BYTES: Final = 8190
+MAX_HEADERS: Final = 128
+# A body in memory larger than this goes out in slices of this size, each written once the
+# connection has taken the one before (aiohttp warns of a larger one written at once).
+_SLICE_BYTES: Final = 1 << 20
 # What gives a body its meaning: a `Connection` header may not remove them (RFC 9110 §7.6.1
 # lets it name any header). A request that tries is refused; in an answer the names are
 # ignored, so that the client decodes the body the way the tap read it.
 BODY_HEADERS = frozenset(
     {"content-type", "content-encoding", "content-length", "transfer-encoding"}
 )
-
-
-class Tap(Protocol):
-    """Sees each chunk of an answer before it is forwarded, and its end before EOF is sent."""
-
-    async def feed(self, chunk: bytes) -> None: ...
-
-    async def finish(self) -> None: ...
 
 
 # What the client is told of each failure; the detail stays in the log.
@@ -87,6 +92,19 @@ def body_headers_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> lis
     return [token for token in connection_tokens(headers) if token in BODY_HEADERS]
 
 
+def not_utf8(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> str | None:
+    """The name of the first header whose value is not UTF-8, or None.
+
+    aiohttp reads header bytes as UTF-8 and writes them back as UTF-8, so UTF-8 travels
+    unchanged both ways; other bytes it reads as lone surrogates and would drop on writing,
+    so such a header cannot be relayed as it came.
+    """
+    for name, value in headers.items():
+        if not value.isascii() and any("\udc80" <= c <= "\udcff" for c in value):
+            return name
+    return None
+
+
 def relayed_headers(
     headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = frozenset()
 ) -> CIMultiDict[str]:
@@ -103,17 +121,12 @@ def relayed_headers(
 
 
 class Upstream:
-    """The upstream server: one pool of keep-alive connections every request shares, and an
-    aiohttp session for WebSocket upgrades."""
+    """The upstream server: one aiohttp client session (one pool of keep-alive connections)
+    that every request and WebSocket upgrade to it shares."""
 
     def __init__(self, settings: config.Upstream) -> None:
         self.settings = settings
         self.base = URL(settings.url.rstrip("/"))
-        self.pool = http1.Pool(
-            self.base,
-            connect_timeout_s=settings.connect_timeout_s,
-            read_timeout_s=settings.read_timeout_s,
-        )
         self._session: aiohttp.ClientSession | None = None
         self._users = 0
         self._retired = False
@@ -136,22 +149,36 @@ class Upstream:
             await self.close()
 
     async def start(self) -> None:
+        settings = self.settings
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+            connector=aiohttp.TCPConnector(
+                limit=settings.max_connections,
+                limit_per_host=0,
+                keepalive_timeout=settings.keepalive_s,
+                ssl=tls_context(settings) if self.base.scheme == "https" else True,
+                enable_cleanup_closed=True,
+            ),
             timeout=aiohttp.ClientTimeout(
                 total=None,
-                sock_connect=self.settings.connect_timeout_s,
-                sock_read=self.settings.read_timeout_s,
+                sock_connect=settings.connect_timeout_s,
+                sock_read=settings.read_timeout_s,
             ),
             # The proxy relays bytes: no decoding, no default headers, no cookies of its own.
             auto_decompress=False,
             skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
             cookie_jar=aiohttp.DummyCookieJar(),
+            # The forward proxy was chosen from the environment once, at config load: aiohttp's
+            # own trust_env would look it up again per request (in a thread), and would add
+            # credentials from ~/.netrc to requests that carry none.
+            trust_env=False,
+            proxy=settings.proxy,
+            max_line_size=MAX_LINE_BYTES,
+            max_field_size=MAX_FIELD_BYTES,
+            max_headers=MAX_HEADERS,
         )
 
     async def close(self) -> None:
         self.closed = True
-        self.pool.close()
         if self._session is not None:
             await self._session.close()
 
@@ -195,9 +222,10 @@ class Upstream:
         data: bytes | AsyncIterable[bytes] | None,
         headers: CIMultiDict[str],
         extra_headers: Mapping[str, str] | None = None,
-        tap_for: Callable[[http1.Answer], Tap | None] | None = None,
+        recording: Recording | None = None,
     ) -> web.StreamResponse:
-        """Send the request upstream and stream the answer back chunk by chunk.
+        """Send the request upstream and stream the answer back chunk by chunk; `recording`
+        says where a 200 answer's response is recorded.
 
         Raises UpstreamError when no answer arrives; once the answer has started, an upstream
         failure cuts the client's connection so that it cannot mistake a partial answer for
@@ -205,59 +233,137 @@ class Upstream:
         """
         for name in _REQUEST_OWN:
             headers.popall(name, None)
-        length = None if isinstance(data, bytes) else request.content_length
+        body: bytes | AsyncIterable[bytes | memoryview] | None = data
+        if isinstance(data, bytes) and len(data) > _SLICE_BYTES:
+            headers["Content-Length"] = str(len(data))
+            body = _slices(data)
+        elif data is not None and not isinstance(data, bytes) and request.content_length:
+            # A streamed body of known length goes with it, not chunked (as it came).
+            headers["Content-Length"] = str(request.content_length)
+        what = f"{request.method} {target}"
         try:
-            upstream = await self.pool.request(
-                request.method, target, headers.items(), data, length=length
+            answer = await self.session.request(
+                request.method,
+                self.url(target),
+                headers=headers,
+                data=body,
+                allow_redirects=False,
             )
         except TimeoutError:
             raise UpstreamError(504, "upstream_timeout", "no answer in time") from None
-        except http1.ConnectError as exc:
+        except aiohttp.ClientHttpProxyError as exc:
+            raise UpstreamError(
+                502, "upstream_unreachable", f"the forward proxy refused: {exc}"
+            ) from None
+        except aiohttp.ClientResponseError as exc:
+            raise UpstreamError(502, "upstream_bad_response", f"garbage: {exc}") from None
+        except aiohttp.ClientConnectorError as exc:
             raise UpstreamError(
                 502, "upstream_unreachable", f"cannot connect to {self.base}: {exc}"
             ) from None
-        except http1.BadAnswer as exc:
-            raise UpstreamError(502, "upstream_bad_response", f"garbage: {exc}") from None
-        except (http1.BrokenAnswer, OSError) as exc:
+        except aiohttp.ClientError as exc:
             raise UpstreamError(
-                502, "upstream_unreachable", f"the connection failed: {exc}"
+                502, "upstream_unreachable", f"the connection failed: {exc!r}"
             ) from None
         try:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            if upstream.arrived:
-                # The head goes out with the first chunk, in one write; aiohttp's own Response
-                # does this, StreamResponse sends the head on its own unless told not to.
-                response._send_headers_immediately = False
-            response.headers.update(relayed_headers(upstream.headers))
-            if extra_headers:
-                response.headers.update(extra_headers)
-            tap = tap_for(upstream) if tap_for is not None else None
-            try:
-                await response.prepare(request)
-                async for chunk in upstream.chunks():
-                    if tap is not None:
-                        await tap.feed(chunk)
-                    await response.write(chunk)
-                if tap is not None:
-                    await tap.finish()
-            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-                # The client hung up: the upstream connection is closed, not reused.
-                log.info(
-                    "%s client went away mid-answer: %s %s", request_id, request.method, target
+            bad = not_utf8(answer.headers)
+            if bad is not None:
+                raise UpstreamError(
+                    502, "upstream_bad_response", f"the value of {bad} is not UTF-8"
                 )
-                return response
-            except (TimeoutError, http1.BrokenAnswer, http1.BadAnswer) as exc:
-                log.warning(
-                    "%s upstream failed mid-answer: %s %s: %s",
-                    request_id,
-                    request.method,
-                    target,
-                    exc,
-                )
-                if request.transport is not None:
-                    request.transport.close()
-                return response
-            await response.write_eof()
-            return response
+            return await _stream(request, answer, what, request_id, extra_headers, recording)
         finally:
-            upstream.release()
+            answer.release()
+
+
+async def _slices(data: bytes) -> AsyncIterator[memoryview]:
+    view = memoryview(data)
+    for start in range(0, len(view), _SLICE_BYTES):
+        yield view[start : start + _SLICE_BYTES]
+
+
+async def _stream(
+    request: web.Request,
+    answer: aiohttp.ClientResponse,
+    what: str,
+    request_id: str,
+    extra_headers: Mapping[str, str] | None,
+    recording: Recording | None,
+) -> web.StreamResponse:
+    """Relay an upstream answer whose head has arrived, chunk by chunk, to the client."""
+    response = web.StreamResponse(status=answer.status, reason=answer.reason)
+    content = answer.content
+    if content.total_bytes or content.is_eof():
+        # The head goes out with the first chunk, in one write; aiohttp's own Response does
+        # this, StreamResponse sends the head on its own unless told not to.
+        response._send_headers_immediately = False
+    response.headers.update(relayed_headers(answer.headers))
+    if extra_headers:
+        response.headers.update(extra_headers)
+    headers = answer.headers
+    tap = (
+        recording.tap(
+            answer.status,
+            headers.get("Content-Type", ""),
+            ", ".join(headers.getall("Content-Encoding", ())),
+            answer.content_length,
+        )
+        if recording is not None
+        else None
+    )
+    # An answer the end of its connection delimits (RFC 9112 §6.3) is whole only if a FIN
+    # ended it: aiohttp ends its body the same way on a reset, and keeps the reset on the
+    # connection's protocol (never reused after such an answer), held on to here.
+    protocol = None
+    if _delimited_by_close(request.method, answer) and answer.connection is not None:
+        protocol = answer.connection.protocol
+    try:
+        await response.prepare(request)
+        async for chunk in content.iter_any():
+            if tap is not None:
+                await tap.feed(chunk)
+            await response.write(chunk)
+        cut = _cut(protocol)
+        if cut is not None:
+            raise cut
+        if tap is not None:
+            await tap.finish()
+    except ConnectionResetError:
+        # The client hung up (aiohttp's ClientConnectionResetError is one): the upstream
+        # connection is closed, not reused.
+        log.info("%s client went away mid-answer: %s", request_id, what)
+        answer.close()
+        return response
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        log.warning("%s upstream failed mid-answer: %s: %r", request_id, what, exc)
+        answer.close()
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    await response.write_eof()
+    return response
+
+
+def _delimited_by_close(method: str, answer: aiohttp.ClientResponse) -> bool:
+    """Whether the answer's body ends with its connection (RFC 9112 §6.3, rule 8)."""
+    if method == "HEAD" or answer.status < 200 or answer.status in (204, 304):
+        return False
+    coding = ",".join(answer.headers.getall("Transfer-Encoding", ())).lower()
+    return answer.content_length is None and "chunked" not in coding
+
+
+def _cut(protocol: ResponseHandler | None) -> BaseException | None:
+    """The error a close-delimited answer's connection ended with, unless a FIN ended it."""
+    error = protocol.exception() if protocol is not None else None
+    if isinstance(error, aiohttp.ServerDisconnectedError):
+        return None  # aiohttp's name for a clean close
+    return error
+
+
+def tls_context(settings: config.Upstream) -> ssl.SSLContext:
+    """The TLS client context for an https upstream: `ca_file` or the system's trust store
+    (read when the upstream is made, so SSL_CERT_FILE applies), and the client certificate."""
+    context = ssl.create_default_context(cafile=settings.ca_file)
+    if settings.client_cert is not None:
+        context.load_cert_chain(settings.client_cert, settings.client_key)
+    return context

@@ -1,4 +1,5 @@
-"""The WebSocket relay: every `response.create` frame is gated exactly like a POST body."""
+"""The WebSocket relays: on a gated path every `response.create` frame is gated exactly like a
+POST body; on any other path frames pass both ways untouched."""
 
 from __future__ import annotations
 
@@ -51,6 +52,83 @@ _HANDSHAKE = (
 
 def is_websocket(request: web.Request) -> bool:
     return request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+def _protocols(request: web.Request) -> list[str]:
+    return [
+        p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
+    ]
+
+
+# Close codes a peer may receive but no endpoint may send (RFC 6455 §7.4.1): what goes on.
+_UNSENDABLE = {1005: 1000, 1006: 1011, 1015: 1011}
+
+
+def _sendable(code: int | None) -> int:
+    if code is None:
+        return 1000
+    return _UNSENDABLE.get(code, code)
+
+
+async def relay_websocket_ungated(
+    request: web.Request, current: Current, target: str
+) -> web.StreamResponse:
+    """A WebSocket on a path that is not gated: open the same one upstream under `target` (the
+    normalised path), then pass frames both ways as they are, and the close code of whichever
+    side ends first to the other."""
+    app = request.app
+    connection_id = request[REQUEST_ID]
+    limit = current.config.limits.max_body_bytes
+    try:
+        upstream = await current.upstream.connect_websocket(
+            target,
+            upstream_headers(request.headers, current.config, _WEBSOCKET_OWN),
+            _protocols(request),
+            limit,
+        )
+    except UpstreamError as exc:
+        app[METRICS].requests.labels("passthrough", "upstream_error").inc()
+        raise upstream_failure(connection_id, f"WebSocket {target}", exc) from None
+    app[METRICS].requests.labels("passthrough", "forward").inc()
+    client = web.WebSocketResponse(
+        protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
+    )
+    tasks: list[asyncio.Task[None]] = []
+    app[METRICS].open_streams.inc()
+    try:
+        await client.prepare(request)
+        tasks = [
+            asyncio.create_task(_pass_frames(client, upstream)),
+            asyncio.create_task(_pass_frames(upstream, client)),
+        ]
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task.exception() is not None:
+                log.warning("%s websocket relay ended: %r", connection_id, task.exception())
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        app[METRICS].open_streams.dec()
+        await upstream.close(code=_sendable(client.close_code))
+        await client.close(code=_sendable(upstream.close_code))
+    return client
+
+
+async def _pass_frames(
+    source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+) -> None:
+    """Every data frame of `source` to `sink`, until `source` closes; then `sink` is closed
+    with the code `source` was closed with."""
+    async for message in source:
+        if message.type == aiohttp.WSMsgType.TEXT:
+            await sink.send_str(message.data)
+        elif message.type == aiohttp.WSMsgType.BINARY:
+            await sink.send_bytes(message.data)
+        else:
+            break
+    await sink.close(code=_sendable(source.close_code))
 
 
 async def relay_websocket(
