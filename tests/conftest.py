@@ -18,9 +18,10 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 from openai import AsyncOpenAI
 
-from proxy.app import make_app
-from proxy.config import Config, parse_config
-from proxy.workers import free_port
+from proxy.config import Config
+from proxy.running.config_file import parse_config
+from proxy.running.workers import free_port
+from proxy.server.app import make_app
 from tests.servers.scripted_agent import serve_in_thread
 
 SALES_SCHEMA: dict[str, Any] = {

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from proxy.audit import GENESIS, AuditLog, Request, line_hash
-from proxy.gate import Policy, Verdict, inspect
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
+from proxy.state.audit import GENESIS, AuditLog, Request, line_hash
 from tests.conftest import AUDIT_FIELDS
 
 ORPHAN_BODY: dict[str, Any] = {
@@ -379,8 +380,9 @@ def test_an_interrupted_rotation_is_finished_not_repeated(tmp_path: Path) -> Non
 WRITER = """
 import os, sys, time
 from pathlib import Path
-from proxy.audit import AuditLog, Request
-from proxy.gate import Policy, inspect
+from proxy.state.audit import AuditLog, Request
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
 
 path, ready, go, tag, n, max_bytes = sys.argv[1:]
 body = {"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}

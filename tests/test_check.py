@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from proxy.check import DocumentError, iter_documents
+from proxy.running.check import DocumentError, iter_documents
 from tests.conftest import LOOKUP_SCHEMA as LOOKUP
 from tests.conftest import SALES_SCHEMA as SALES
 

@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy import audit
-from proxy.audit import AuditLog
-from proxy.stores import MemoryStore
+from proxy.state import audit
+from proxy.state.audit import AuditLog
+from proxy.state.stores import MemoryStore
 from tests.conftest import (
     SALES_TOOL,
     ProxyFactory,

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy, inspect
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
 from tests.conftest import LOOKUP_SCHEMA as LOOKUP
 from tests.conftest import SALES_SCHEMA as SALES
 

@@ -29,8 +29,9 @@ import referencing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy import body
-from proxy.gate import Policy, inspect
+from proxy.admission import body
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 FUZZ = settings(

@@ -12,10 +12,11 @@ import pytest
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
-from proxy import items
-from proxy.gate import Policy, Verdict, inspect, rejection
-from proxy.items import Item
-from proxy.schemas import Compiled, SchemaCache, SchemaLimits
+from proxy.gate import items
+from proxy.gate.items import Item
+from proxy.gate.policy import Policy
+from proxy.gate.schemas import Compiled, SchemaCache, SchemaLimits
+from proxy.gate.verdict import Verdict, inspect, rejection
 from tests.conftest import SALES_SCHEMA as SALES
 
 SALES_TOOL = {"type": "function", "name": "get_latest_sales_report", "parameters": SALES}

@@ -30,10 +30,13 @@ import jsonschema
 import pytest
 from yarl import URL
 
-from proxy import body, strictjson
-from proxy.config import ConfigError, parse_config
-from proxy.gate import Policy, Verdict, inspect
-from proxy.items import Item
+from proxy.admission import body
+from proxy.gate import strictjson
+from proxy.gate.items import Item
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
+from proxy.running.config_file import parse_config
+from proxy.settings import ConfigError
 from tests.conftest import (
     SALES_TOOL,
     RecordingUpstream,

@@ -21,9 +21,9 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
-from proxy.app import make_app
-from proxy.config import parse_config
-from proxy.workers import free_port
+from proxy.running.config_file import parse_config
+from proxy.running.workers import free_port
+from proxy.server.app import make_app
 from tests.conftest import (
     AUDIT_FIELDS,
     SALES_TOOL,
@@ -101,7 +101,7 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
 
 @pytest.fixture
 async def serve_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
-    """Like `start_proxy`, but run the way `proxy.app.serve` runs it: an `AppRunner` with
+    """Like `start_proxy`, but run the way `running.serving.serve` runs it: an `AppRunner` with
     aiohttp's defaults, where a handler is not cancelled when its client goes away (the
     `TestServer` behind `start_proxy` cancels it, which would hide the proxy's own handling)."""
     runners: list[web.AppRunner] = []
