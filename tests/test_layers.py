@@ -1,10 +1,14 @@
-"""Imports point down: the pure layers load in a fresh interpreter without the HTTP stack."""
+"""Imports point down: the pure layers load in a fresh interpreter without the HTTP stack, and
+each package imports only the packages below it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +46,10 @@ def loaded(module: str) -> set[str]:
         pytest.param("proxy.gate.verdict", [*HTTP_STACK, "yaml"], id="gate"),
         pytest.param("proxy.running.check", [*HTTP_STACK, "yaml"], id="check"),
         pytest.param("proxy.config", HTTP_STACK, id="config"),
+        # Settings sit below the gate: reading them loads no schema or pattern engine.
+        pytest.param("proxy.settings", [*HTTP_STACK, "jsonschema", "yaml", "regex"], id="settings"),
+        # The upstream hop needs its settings, not the gate.
+        pytest.param("proxy.server.upstream", ["jsonschema", "regex", "yaml"], id="upstream"),
         # The pipeline every front calls: a third front must not need the first two's stack.
         pytest.param("proxy.admission.pipeline", HTTP_STACK, id="admission"),
         # `replay-proxy check` must not pay for the server it does not run.
@@ -57,3 +65,157 @@ def test_pure_layer_does_not_load(module: str, forbidden: list[str]) -> None:
 def test_probe_sees_what_is_loaded() -> None:
     # The probe itself must be able to fail: aiohttp is found when it is imported.
     assert "aiohttp" in loaded("aiohttp")
+
+
+# Which packages of ours each package may import: imports point down only (DESIGN.md, "Layers").
+PROXY = Path(__file__).resolve().parent.parent / "proxy"
+LAYERS: dict[str, frozenset[str]] = {
+    "proxy.gate": frozenset({"proxy.gate"}),
+    "proxy.settings": frozenset(),
+    "proxy.config": frozenset({"proxy.gate", "proxy.settings"}),
+    "proxy.state": frozenset({"proxy.state", "proxy.gate", "proxy.settings"}),
+    "proxy.admission": frozenset(
+        {"proxy.admission", "proxy.state", "proxy.gate", "proxy.settings", "proxy.config"}
+    ),
+    "proxy.server": frozenset(
+        {
+            "proxy.server",
+            "proxy.admission",
+            "proxy.state",
+            "proxy.gate",
+            "proxy.settings",
+            "proxy.config",
+        }
+    ),
+    "proxy.running": frozenset(
+        {
+            "proxy.running",
+            "proxy.server",
+            "proxy.admission",
+            "proxy.state",
+            "proxy.gate",
+            "proxy.settings",
+            "proxy.config",
+        }
+    ),
+    "proxy.__main__": frozenset({"proxy.running"}),
+    "proxy": frozenset(),  # proxy/__init__.py
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The row of LAYERS a module of ours belongs to: the longest name it starts with."""
+    rows = [row for row in LAYERS if module == row or module.startswith(row + ".")]
+    return max(rows, key=len) if rows else None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PROXY.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_module(name: str) -> bool:
+    path = PROXY.parent.joinpath(*name.split("."))
+    return path.is_dir() or path.with_suffix(".py").is_file()
+
+
+def imports_of(source: str, module: str) -> Iterator[tuple[int, str]]:
+    """(line, module of ours) for every import in the source, in functions too."""
+    package = module if module.count(".") < 1 else module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "proxy":
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base.split(".")[0] != "proxy":
+                continue
+            for alias in node.names:
+                # `from proxy.state import ledger` imports the module proxy.state.ledger.
+                name = f"{base}.{alias.name}"
+                yield node.lineno, name if is_module(name) else base
+
+
+def offending_imports(source: str, module: str) -> list[str]:
+    """Each import of `module` that its row of LAYERS does not allow, as `module:line imports X`."""
+    row = layer_of(module)
+    allowed = LAYERS[row] if row is not None else frozenset()
+    found = []
+    for line, imported in imports_of(source, module):
+        target = layer_of(imported)
+        if target is None or target not in allowed:
+            found.append(f"{module}:{line} imports {imported}")
+    return found
+
+
+MODULES = sorted(PROXY.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
+def test_module_sits_in_a_layer(path: Path) -> None:
+    assert layer_of(module_name(path)) is not None, f"{module_name(path)}: in no row of LAYERS"
+
+
+@pytest.mark.parametrize("row", list(LAYERS))
+def test_layer_imports_only_what_it_may(row: str) -> None:
+    offending = [
+        found
+        for path in MODULES
+        if layer_of(module_name(path)) == row
+        for found in offending_imports(path.read_text(encoding="utf-8"), module_name(path))
+    ]
+    assert not offending, offending
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        pytest.param("proxy.gate.items", "import json\n", [], id="stdlib"),
+        pytest.param("proxy.gate.verdict", "from proxy.gate import items\n", [], id="own-package"),
+        pytest.param(
+            "proxy.gate.items",
+            "from proxy.state import ledger\n",
+            ["proxy.gate.items:1 imports proxy.state.ledger"],
+            id="core-imports-state",
+        ),
+        pytest.param(
+            "proxy.gate.items",
+            "def f():\n    from proxy.server.app import make_app\n",
+            ["proxy.gate.items:2 imports proxy.server.app"],
+            id="in-a-function",
+        ),
+        pytest.param(
+            "proxy.settings",
+            "from proxy import gate\n",
+            ["proxy.settings:1 imports proxy.gate"],
+            id="settings-import-gate",
+        ),
+        pytest.param(
+            "proxy.server.upstream",
+            "from proxy.running import cli\n",
+            ["proxy.server.upstream:1 imports proxy.running.cli"],
+            id="front-imports-running",
+        ),
+        pytest.param("proxy.running.cli", "from proxy.server import app\n", [], id="running"),
+        pytest.param(
+            "proxy.admission.tap",
+            "from . import body\nfrom ..server import app\n",
+            ["proxy.admission.tap:2 imports proxy.server.app"],
+            id="relative",
+        ),
+        pytest.param(
+            "proxy.state.audit",
+            "import proxy.flat\n",
+            ["proxy.state.audit:1 imports proxy.flat"],
+            id="unknown-module",
+        ),
+    ],
+)
+def test_offending_imports(module: str, source: str, expected: list[str]) -> None:
+    assert offending_imports(source, module) == expected

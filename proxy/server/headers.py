@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.config import Config
+if TYPE_CHECKING:
+    # Only a type here: the upstream hop that reads these rules must not load the gate.
+    from proxy.config import Config
+
 
 # RFC 9110 §7.6.1: meaningful for one connection only; never relayed.
 HOP_BY_HOP = frozenset(
