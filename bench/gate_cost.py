@@ -20,6 +20,7 @@ from report import median, table, write_section
 from workload import GATE_CONFIG, Body, bodies, encode, iter_pairs, request_body
 
 from proxy.admission.body import loads as strict_loads
+from proxy.gate.caches import GateCaches
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import Verdict, inspect
 from proxy.running.config_file import parse_config
@@ -93,7 +94,8 @@ def measure_body(body: Body, sampler: Sampler) -> list[str]:
     data = body.data
     parsed = strict_loads(data)
     warm = fresh_policy()
-    checked(inspect(parsed, warm))
+    caches = GateCaches.for_policy(warm)
+    checked(inspect(parsed, warm, caches=caches))
 
     def same(call: Callable[[], object]) -> Callable[[], Callable[[], object]]:
         return lambda: call
@@ -112,9 +114,9 @@ def measure_body(body: Body, sampler: Sampler) -> list[str]:
         sampler.median_us(same(lambda: orjson.loads(data))),
         sampler.median_us(same(lambda: strict_loads(data))),
         sampler.median_us(cold(with_parse=False)),
-        sampler.median_us(same(lambda: inspect(parsed, warm))),
+        sampler.median_us(same(lambda: inspect(parsed, warm, caches=caches))),
         sampler.median_us(cold(with_parse=True)),
-        sampler.median_us(same(lambda: inspect(strict_loads(data), warm))),
+        sampler.median_us(same(lambda: inspect(strict_loads(data), warm, caches=caches))),
     ]
     return [body.name, f"{body.kib:,.1f}", str(body.pairs), *(f"{f:,.1f}" for f in figures)]
 
@@ -136,6 +138,7 @@ def with_new_arguments(
 def measure_turn(
     sampler: Sampler,
     policy: Policy,
+    caches: GateCaches,
     history: list[tuple[dict[str, Any], dict[str, Any]]],
     variants: Iterator[int],
 ) -> list[str]:
@@ -150,11 +153,11 @@ def measure_turn(
 
     def new_turn() -> Callable[[], object]:
         raw = new_turn_bytes()
-        return lambda: checked(inspect(strict_loads(raw), policy))
+        return lambda: checked(inspect(strict_loads(raw), policy, caches=caches))
 
     def new_turn_inspect() -> Callable[[], object]:
         body = strict_loads(new_turn_bytes())
-        return lambda: checked(inspect(body, policy))
+        return lambda: checked(inspect(body, policy, caches=caches))
 
     def cold() -> Callable[[], object]:
         fresh = fresh_policy()
@@ -163,7 +166,7 @@ def measure_turn(
     parse_us = sampler.median_us(lambda: lambda: strict_loads(data))
     inspect_us = sampler.median_us(new_turn_inspect)
     total_us = sampler.median_us(new_turn)
-    cached_us = sampler.median_us(lambda: lambda: inspect(parsed, policy))
+    cached_us = sampler.median_us(lambda: lambda: inspect(parsed, policy, caches=caches))
     cold_us = sampler.median_us(cold)
     return [
         str(turn),
@@ -181,12 +184,13 @@ def measure_session(sampler: Sampler) -> list[list[str]]:
     """Replay a session turn by turn through one Policy; at checkpoints, sample the turn."""
     pairs = iter_pairs(SESSION_TURNS, seed=200)
     policy = fresh_policy()
+    caches = GateCaches.for_policy(policy)
     variants = itertools.count(1)
     rows: list[list[str]] = []
     for turn in range(1, SESSION_TURNS + 1):
         if turn in CHECKPOINTS:
-            rows.append(measure_turn(sampler, policy, pairs[:turn], variants))
-        checked(inspect(strict_loads(encode(request_body(pairs[:turn]))), policy))
+            rows.append(measure_turn(sampler, policy, caches, pairs[:turn], variants))
+        checked(inspect(strict_loads(encode(request_body(pairs[:turn]))), policy, caches=caches))
     return rows
 
 

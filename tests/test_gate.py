@@ -13,6 +13,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
 from proxy.gate import items
+from proxy.gate.caches import GateCaches
 from proxy.gate.items import Item
 from proxy.gate.policy import Policy
 from proxy.gate.schemas import Compiled, SchemaCache, SchemaLimits
@@ -1493,19 +1494,20 @@ class CountingSchemas(SchemaCache):
         return self.compiled[found.key]
 
 
-def counted(max_cached_verdicts: int = 65536) -> tuple[Policy, list[Any]]:
+def counted(max_cached_verdicts: int = 65536) -> tuple[Policy, GateCaches, list[Any]]:
     schemas = CountingSchemas()
-    return Policy(schemas=schemas, max_cached_verdicts=max_cached_verdicts), schemas.validated
+    policy = Policy(max_cached_verdicts=max_cached_verdicts)
+    return policy, GateCaches.for_policy(policy, schemas), schemas.validated
 
 
 def test_repeated_call_is_not_revalidated() -> None:
-    policy, validated = counted()
+    policy, caches, validated = counted()
     turn_1 = [message("q"), call("a", GLOBAL), output("a")]
     turn_2 = [*turn_1, call("b"), output("b")]
     turn_3 = [*turn_2, call("c", '{"region":"emea"}'), output("c")]
-    first = inspect(request(*turn_1), policy)
-    inspect(request(*turn_2), policy)
-    third = inspect(request(*turn_3), policy)
+    first = inspect(request(*turn_1), policy, caches=caches)
+    inspect(request(*turn_2), policy, caches=caches)
+    third = inspect(request(*turn_3), policy, caches=caches)
     assert validated == [{"region": "global"}, {"region": "apac"}, {"region": "emea"}]
     # A remembered failure is still reported in full.
     assert first.findings == third.findings[:1]
@@ -1513,8 +1515,8 @@ def test_repeated_call_is_not_revalidated() -> None:
 
 
 def test_identical_call_under_other_call_id_is_not_revalidated() -> None:
-    policy, validated = counted()
-    inspect(request(call("a"), output("a"), call("b"), output("b")), policy)
+    policy, caches, validated = counted()
+    inspect(request(call("a"), output("a"), call("b"), output("b")), policy, caches=caches)
     assert validated == [{"region": "apac"}]
 
 
@@ -1540,34 +1542,40 @@ def test_identical_call_under_other_call_id_is_not_revalidated() -> None:
 def test_cache_revalidates_what_changed(
     second_arguments: str, second_tools: list[Any], validations: int, second_reason: str | None
 ) -> None:
-    policy, validated = counted()
-    inspect(request(call("a"), output("a")), policy)
-    verdict = inspect(request(call("a", second_arguments), output("a"), tools=second_tools), policy)
+    policy, caches, validated = counted()
+    inspect(request(call("a"), output("a")), policy, caches=caches)
+    verdict = inspect(
+        request(call("a", second_arguments), output("a"), tools=second_tools), policy, caches=caches
+    )
     assert len(validated) == validations
     assert [f.reason for f in verdict.findings] == ([second_reason] if second_reason else [])
 
 
 def test_verdict_cache_is_bounded() -> None:
-    policy, validated = counted(max_cached_verdicts=2)
+    policy, caches, validated = counted(max_cached_verdicts=2)
     regions = ["apac", "emea", "amer", "apac"]
     for region in regions:
-        inspect(request(call("c", json.dumps({"region": region})), output("c")), policy)
+        inspect(
+            request(call("c", json.dumps({"region": region})), output("c")), policy, caches=caches
+        )
     # apac was forgotten when amer came in, so it is checked again.
     assert [v["region"] for v in validated] == regions
-    assert len(policy.verdicts) == 2
+    assert len(caches.verdicts) == 2
 
 
 def test_pinned_schema_verdict_is_cached() -> None:
     policy = Policy(tools={"get_latest_sales_report": SALES})
+    caches = GateCaches.for_policy(policy)
     for _ in range(3):
-        verdict = inspect(request(call("a", GLOBAL), output("a"), tools=[]), policy)
+        verdict = inspect(request(call("a", GLOBAL), output("a"), tools=[]), policy, caches=caches)
         assert only(verdict)["reason"] == "arguments_schema"
-    assert len(policy.verdicts) == 1
-    assert len(policy.schemas) == 0
+    assert len(caches.verdicts) == 1
+    assert len(caches.schemas) == 0
 
 
 def test_each_distinct_request_schema_is_compiled_once() -> None:
     policy = Policy()
+    caches = GateCaches.for_policy(policy)
     other = {"type": "object", "required": ["order_id"]}
     bodies = [
         request(call("a"), output("a")),
@@ -1578,8 +1586,8 @@ def test_each_distinct_request_schema_is_compiled_once() -> None:
         request(call("d", "[]"), output("d"), tools=[tool({"type": 12})]),
     ]
     for body in bodies:
-        inspect(body, policy)
-    assert len(policy.schemas) == 3
+        inspect(body, policy, caches=caches)
+    assert len(caches.schemas) == 3
 
 
 @pytest.mark.parametrize(

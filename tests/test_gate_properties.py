@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.gate import items
+from proxy.gate.caches import GateCaches
 from proxy.gate.items import Item
 from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
-from proxy.gate.schemas import SchemaCache
 from proxy.gate.verdict import Verdict, inspect
 
 SETTINGS = settings(
@@ -307,9 +306,10 @@ def test_never_forwards_a_failing_pair(body: Any, policy: Policy, ledger: Ledger
 @SETTINGS
 @given(body=BODIES, policy=policies(), ledger=LEDGERS)
 def test_cached_verdicts_match_fresh_ones(body: Any, policy: Policy, ledger: Ledger) -> None:
-    warm = inspect(body, policy, ledger)
-    again = inspect(body, policy, ledger)
-    fresh = inspect(body, replace(policy, schemas=SchemaCache()), ledger)
+    caches = GateCaches.for_policy(policy)
+    warm = inspect(body, policy, ledger, caches)
+    again = inspect(body, policy, ledger, caches)
+    fresh = inspect(body, policy, ledger, GateCaches.for_policy(policy))
     assert again == warm == fresh
     if warm.outcome == "forward":
         # Logged findings leave the request as it was; the header counts them.

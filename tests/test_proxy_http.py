@@ -1170,3 +1170,17 @@ async def test_metrics_count_requests_findings_gate_time_and_streams(
     assert metric(text, "replay_proxy_gate_seconds_bucket", le="+Inf") == 3
     assert metric(text, "replay_proxy_open_streams") == 0
     assert [r.target for r in recording_upstream.received] == ["/v1/responses", "/v1/models"]
+
+
+async def test_verdict_cache_gauge_counts_what_the_gate_remembers(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    """The gauge reads the caches the front owns for the policy in force."""
+    base = await start_proxy(recording_upstream.url)
+    assert metric(await scrape(client, base), "replay_proxy_verdict_cache_entries") == 0
+    bodies = [clean_body(), clean_body(), failing_body()]  # the second call is the first again
+    for body in bodies:
+        async with client.post(at(base, "/v1/responses"), json=body) as resp:
+            await resp.read()
+
+    assert metric(await scrape(client, base), "replay_proxy_verdict_cache_entries") == 2

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from proxy.admission import body, targets
 from proxy.config import Config
 from proxy.gate.arguments import compile_schemas, pending_schemas
+from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
 from proxy.gate.pairing import NOTHING_RECORDED
 from proxy.gate.verdict import Verdict, inspect, rejection
@@ -86,9 +87,17 @@ def answer_to(error: ProxyError) -> Answer:
 
 
 async def admit(
-    request: Request, config: Config, *, ledger: Ledger, audit_log: AuditLog, metrics: Metrics
+    request: Request,
+    config: Config,
+    *,
+    ledger: Ledger,
+    audit_log: AuditLog,
+    metrics: Metrics,
+    caches: GateCaches | None = None,
 ) -> Answer | Forward:
     """Read, gate and count a body: an answer of the proxy's own, or what to forward.
+
+    `caches` are the gate's for `config.gate`, owned by the front (see `GateCaches`).
 
     Never raises on bad input: a body it cannot read unambiguously is answered 4xx, a body
     the gate refuses is answered 400.
@@ -106,7 +115,9 @@ async def admit(
     except body.BodyError as exc:
         metrics.requests.labels(label, "invalid").inc()
         return answer_to(exc)
-    verdict = await _inspect(request, parsed, config, ledger, audit_log, metrics)
+    if caches is None:
+        caches = GateCaches.for_policy(config.gate)
+    verdict = await _inspect(request, parsed, config, ledger, audit_log, metrics, caches)
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
         metrics.requests.labels(label, "block").inc()
@@ -129,17 +140,18 @@ async def _inspect(
     ledger: Ledger,
     audit_log: AuditLog,
     metrics: Metrics,
+    caches: GateCaches,
 ) -> Verdict:
     """Gate a parsed body against its recorded history; count and audit what it finds."""
     gate = config.gate
     tenant = request.tenant
     view = await ledger.view(tenant or "-", parsed, provenance=gate.require_provenance)
-    pending = pending_schemas(parsed, gate)
+    pending = pending_schemas(parsed, gate, caches)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
         # subschemas, within the limits) must not hold every other client's request.
-        await asyncio.to_thread(compile_schemas, pending, gate)
-    verdict = inspect(parsed, gate, view or NOTHING_RECORDED)
+        await asyncio.to_thread(compile_schemas, pending, gate, caches)
+    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches)
     if verdict.findings:
         for finding in verdict.findings:
             metrics.findings.labels(finding.reason, finding.action).inc()

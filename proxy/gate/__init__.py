@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from proxy.gate.arguments import TIMEOUTS, check_arguments, compile_schemas, pending_schemas
+    from proxy.gate.caches import CachedVerdict, GateCaches, VerdictKey
     from proxy.gate.pairing import NOTHING_RECORDED, NothingRecorded, Recorded
     from proxy.gate.policy import (
         ACTIONS,
@@ -28,8 +29,10 @@ _WHERE = {
     "ALL_REASONS": "proxy.gate.policy",
     "AMBIGUOUS_ITEM": "proxy.gate.policy",
     "Action": "proxy.gate.policy",
+    "CachedVerdict": "proxy.gate.caches",
     "ENVELOPE": "proxy.gate.policy",
     "Finding": "proxy.gate.verdict",
+    "GateCaches": "proxy.gate.caches",
     "ITEM_REASONS": "proxy.gate.policy",
     "NOTHING_RECORDED": "proxy.gate.pairing",
     "NothingRecorded": "proxy.gate.pairing",
@@ -40,6 +43,7 @@ _WHERE = {
     "TIMEOUTS": "proxy.gate.arguments",
     "UNKNOWN_REFERENCE": "proxy.gate.policy",
     "Verdict": "proxy.gate.verdict",
+    "VerdictKey": "proxy.gate.caches",
     "check_arguments": "proxy.gate.arguments",
     "compile_schemas": "proxy.gate.arguments",
     "inspect": "proxy.gate.verdict",
@@ -58,12 +62,15 @@ __all__ = [
     "TIMEOUTS",
     "UNKNOWN_REFERENCE",
     "Action",
+    "CachedVerdict",
     "Finding",
+    "GateCaches",
     "NothingRecorded",
     "Outcome",
     "Policy",
     "Recorded",
     "Verdict",
+    "VerdictKey",
     "check_arguments",
     "compile_schemas",
     "inspect",

@@ -10,6 +10,7 @@ from jsonschema.exceptions import SchemaError
 
 from proxy.gate import items, strictjson
 from proxy.gate.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
+from proxy.gate.caches import GateCaches
 from proxy.gate.policy import (
     Policy,
 )
@@ -49,7 +50,7 @@ def check_arguments(
     return "ok"
 
 
-def pending_schemas(body: Any, policy: Policy) -> list[Any]:
+def pending_schemas(body: Any, policy: Policy, caches: GateCaches) -> list[Any]:
     """The request schemas `inspect` may compile for this body that are not compiled yet.
 
     Compiling one can take long (a schema within the limits may hold thousands of
@@ -63,15 +64,15 @@ def pending_schemas(body: Any, policy: Policy) -> list[Any]:
         for name, parameters in items.tool_schemas(body.get("tools"))
         if name in called
         and name not in policy.pinned
-        and policy.schemas.pending({} if parameters is None else parameters, policy.schema_limits)
+        and caches.schemas.pending({} if parameters is None else parameters, policy.schema_limits)
     ]
 
 
-def compile_schemas(schemas: Sequence[Any], policy: Policy) -> None:
-    """Compile `schemas` into the policy's cache (where `inspect` finds them); safe to run in a
+def compile_schemas(schemas: Sequence[Any], policy: Policy, caches: GateCaches) -> None:
+    """Compile `schemas` into `caches` (where `inspect` finds them); safe to run in a
     worker thread. An invalid schema is remembered as such, and found again by `inspect`."""
     for schema in schemas:
         try:
-            policy.schemas.compile(schema, policy.schema_limits)
+            caches.schemas.compile(schema, policy.schema_limits)
         except SchemaError:
             continue

@@ -9,11 +9,8 @@ from typing import Any, Literal
 from jsonschema.exceptions import SchemaError
 
 from proxy.gate.schemas import (
-    LRU,
     Compiled,
-    SchemaCache,
     SchemaLimits,
-    Violation,
     check_terminates,
     compile_schema,
 )
@@ -52,7 +49,8 @@ ALL_REASONS = (*REASONS, *ITEM_REASONS)
 
 @dataclass(frozen=True)
 class Policy:
-    """The gate's settings: actions, pinned schemas (checked and compiled here), and its caches.
+    """The gate's settings: actions, and pinned schemas (checked and compiled here). Frozen:
+    what the gate learns as it works is kept in `GateCaches`, apart.
 
     Raises ValueError naming the setting when one is wrong.
     """
@@ -68,11 +66,7 @@ class Policy:
     validation_timeout_s: float = 1.0
     # How large a schema may be, pinned or sent; a request's schema over a limit fails its calls.
     schema_limits: SchemaLimits = field(default_factory=SchemaLimits)
-    schemas: SchemaCache = field(default_factory=SchemaCache, compare=False, repr=False)
     pinned: Mapping[str, Compiled] = field(init=False, compare=False, repr=False)
-    verdicts: LRU[tuple[tuple[int, ...], str], tuple[str, tuple[Violation, ...]] | str] = field(
-        init=False, compare=False, repr=False
-    )
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -87,14 +81,15 @@ class Policy:
         if isinstance(self.schema_limits, Mapping):
             object.__setattr__(self, "schema_limits", SchemaLimits(**self.schema_limits))
         pinned = {}
-        for name, schema in self.tools.items():
+        for serial, (name, schema) in enumerate(self.tools.items(), start=1):
             try:
-                pinned[name] = compile_schema(schema, self.schemas.next_key(), self.schema_limits)
+                # Negative keys: a verdict on a pinned schema never shares its key with one on
+                # a request schema, whose keys the caches count up from 1.
+                pinned[name] = compile_schema(schema, -serial, self.schema_limits)
                 check_terminates(pinned[name])
             except SchemaError as exc:
                 raise ValueError(f"tools.{name}: not a valid JSON Schema: {exc.message}") from None
         object.__setattr__(self, "pinned", pinned)
-        object.__setattr__(self, "verdicts", LRU(self.max_cached_verdicts))
 
     def action_for(self, reason: str) -> Action:
         return self.actions.get(reason, self.action)

@@ -12,6 +12,7 @@ from jsonschema.exceptions import SchemaError
 from proxy.gate import items
 from proxy.gate.arguments import TIMEOUTS, check_arguments
 from proxy.gate.budget import Allowance
+from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
 from proxy.gate.items import Item
 from proxy.gate.pairing import NOTHING_RECORDED, Recorded
@@ -104,25 +105,41 @@ class Verdict:
         return ", ".join(parts) or None
 
 
-def inspect(body: Any, policy: Policy, recorded: Recorded = NOTHING_RECORDED) -> Verdict:
-    """Gate every `function_call_output` in the body's `input`; never raises on any JSON value."""
+def inspect(
+    body: Any,
+    policy: Policy,
+    recorded: Recorded = NOTHING_RECORDED,
+    caches: GateCaches | None = None,
+) -> Verdict:
+    """Gate every `function_call_output` in the body's `input`; never raises on any JSON value.
+
+    `caches` carries compiled schemas and verdicts from one request to the next (the fronts
+    pass theirs); without it this request's are forgotten when it is done."""
     if not isinstance(body, dict):
         return Verdict("forward")
     input_items = body.get("input")
     if not isinstance(input_items, list):
         return Verdict("forward")
-    return _Inspection(body, input_items, policy, recorded).run()
+    if caches is None:
+        caches = GateCaches.for_policy(policy)
+    return _Inspection(body, input_items, policy, recorded, caches).run()
 
 
 class _Inspection:
     """One request's pass over its `input`."""
 
     def __init__(
-        self, body: Mapping[str, Any], input_items: list[Any], policy: Policy, recorded: Recorded
+        self,
+        body: Mapping[str, Any],
+        input_items: list[Any],
+        policy: Policy,
+        recorded: Recorded,
+        caches: GateCaches,
     ) -> None:
         self.body = body
         self.input = input_items
         self.policy = policy
+        self.caches = caches
         self.recorded = recorded
         self.request_schemas: dict[str, list[Any]] | None = None
         self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
@@ -301,12 +318,12 @@ class _Inspection:
             return "arguments_type"
         name = call.get("name")
         schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
-        cached = self.policy.verdicts.get((key, arguments))
+        cached = self.caches.verdicts.get((key, arguments))
         if cached is None:
             cached = check_arguments(arguments, schemas, self.allowance)
             # A timeout says how busy this request was, not what the arguments are worth.
             if not (isinstance(cached, tuple) and any(v.reason in TIMEOUTS for v in cached[1])):
-                self.policy.verdicts.put((key, arguments), cached)
+                self.caches.verdicts.put((key, arguments), cached)
         if cached == "ok":
             return None
         return cached[1] if isinstance(cached, tuple) else cached
@@ -334,7 +351,7 @@ class _Inspection:
             # A function tool without parameters constrains nothing but strict JSON.
             schema = {} if parameters is None else parameters
             try:
-                found.append(self.policy.schemas.compile(schema, self.policy.schema_limits))
+                found.append(self.caches.schemas.compile(schema, self.policy.schema_limits))
             except SchemaError as exc:
                 found.append(exc)
         return found

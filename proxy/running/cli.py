@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import BinaryIO
 
 from proxy.config import Config
+from proxy.gate.caches import GateCaches
 from proxy.gate.verdict import inspect
 from proxy.running.check import DocumentError, iter_documents, report_json, report_lines
 from proxy.running.config_file import load_config
@@ -123,9 +124,10 @@ def run_check(path: str, config: Config, *, as_json: bool) -> int:
         return 2
     out: list[str] = []
     dirty = False
+    caches = GateCaches.for_policy(config.gate)
     try:
         for document in iter_documents(name, data):
-            verdict = inspect(document.body, config.gate)
+            verdict = inspect(document.body, config.gate, caches=caches)
             dirty = dirty or bool(verdict.findings)
             if as_json:
                 out.append(report_json(verdict))

@@ -155,9 +155,7 @@ def make_app(config: Config) -> web.Application:
 
     async def in_force_ctx(app: web.Application) -> AsyncIterator[None]:
         await app[IN_FORCE].start(config)
-        app[METRICS].verdict_cache.set_function(
-            lambda: len(app[IN_FORCE].current.config.gate.verdicts)
-        )
+        app[METRICS].verdict_cache.set_function(lambda: len(app[IN_FORCE].current.caches.verdicts))
         yield
         await app[IN_FORCE].close()
 
@@ -320,6 +318,7 @@ async def gate(
         ledger=app[LEDGER],
         audit_log=app[AUDIT],
         metrics=app[METRICS],
+        caches=current.caches,
     )
     if isinstance(decided, pipeline.Answer):
         return answer(decided)

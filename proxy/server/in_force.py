@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.config import Config
+from proxy.gate.caches import GateCaches
 from proxy.server.upstream import Upstream
 from proxy.settings import ConfigError
 
@@ -15,10 +16,16 @@ log = logging.getLogger("replay_proxy")
 
 @dataclass(frozen=True)
 class InForce:
-    """The config in force and the upstream it names; replaced whole on reload."""
+    """The config in force, the upstream it names, and what the gate learns under its policy
+    (compiled request schemas, verdicts); replaced whole on reload, so a new policy starts
+    with empty caches."""
 
     config: Config
     upstream: Upstream
+    caches: GateCaches = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "caches", GateCaches.for_policy(self.config.gate))
 
 
 class InForceHolder:

@@ -218,7 +218,8 @@ async def _gate_frame(
     """
     request_id = new_request_id()
     # Each frame is gated under the config in force when it arrives (reloads apply).
-    config = app[IN_FORCE].current.config
+    in_force = app[IN_FORCE].current
+    config = in_force.config
     raw = text.encode("utf-8", "surrogatepass")
     try:
         decided = await pipeline.admit(
@@ -227,6 +228,7 @@ async def _gate_frame(
             ledger=app[LEDGER],
             audit_log=app[AUDIT],
             metrics=app[METRICS],
+            caches=in_force.caches,
         )
     except Exception:
         log.exception("%s unexpected error on a frame of WebSocket %s", request_id, connection_id)

@@ -1,0 +1,23 @@
+"""What the gate remembers between requests under one policy: request schemas and verdicts."""
+
+from __future__ import annotations
+
+from proxy.gate.policy import Policy
+from proxy.gate.schemas import LRU, SchemaCache, Violation
+
+VerdictKey = tuple[tuple[int, ...], str]
+CachedVerdict = tuple[str, tuple[Violation, ...]] | str
+
+
+class GateCaches:
+    """The mutable memory `inspect` fills: each distinct request schema compiled once, and the
+    verdict on each (schemas, arguments) pair. The fronts own one per policy in force (a new
+    policy gets new caches) and pass it down; `Policy` itself stays frozen."""
+
+    def __init__(self, max_verdicts: int = 65536, schemas: SchemaCache | None = None) -> None:
+        self.schemas = SchemaCache() if schemas is None else schemas
+        self.verdicts: LRU[VerdictKey, CachedVerdict] = LRU(max_verdicts)
+
+    @classmethod
+    def for_policy(cls, policy: Policy, schemas: SchemaCache | None = None) -> GateCaches:
+        return cls(policy.max_cached_verdicts, schemas)
