@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from proxy.gate.arguments import TIMEOUTS, check_arguments, compile_schemas, pending_schemas
     from proxy.gate.caches import CachedVerdict, GateCaches, VerdictKey
-    from proxy.gate.pairing import NOTHING_RECORDED, NothingRecorded, Recorded
+    from proxy.gate.pairing import NOTHING_RECORDED, NothingRecorded, Pairing, Recorded
     from proxy.gate.policy import (
         ACTIONS,
         ALL_REASONS,
@@ -37,6 +37,7 @@ _WHERE = {
     "NOTHING_RECORDED": "proxy.gate.pairing",
     "NothingRecorded": "proxy.gate.pairing",
     "Outcome": "proxy.gate.policy",
+    "Pairing": "proxy.gate.pairing",
     "Policy": "proxy.gate.policy",
     "REASONS": "proxy.gate.policy",
     "Recorded": "proxy.gate.pairing",
@@ -67,6 +68,7 @@ __all__ = [
     "GateCaches",
     "NothingRecorded",
     "Outcome",
+    "Pairing",
     "Policy",
     "Recorded",
     "Verdict",

@@ -1,10 +1,12 @@
-"""What the proxy recorded of earlier responses, as the pairing of outputs sees it."""
+"""Pairing each function_call_output with its call: inline, by reference, or recorded upstream."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from proxy.gate import items
 from proxy.gate.items import Item
 
 
@@ -48,3 +50,84 @@ class NothingRecorded:
 
 
 NOTHING_RECORDED = NothingRecorded()
+
+
+class Pairing:
+    """Where each output's call is: the items of `input` indexed by pairing key, in input order,
+    each `item_reference` resolved once through what was recorded."""
+
+    def __init__(self, input_items: list[Any], recorded: Recorded) -> None:
+        self.input = input_items
+        self.recorded = recorded
+        # Pairing keys -> indexes of inline candidates, of item_references resolving to a
+        # candidate, and of outputs, in input order. Each reference is resolved once, here.
+        self.candidates: dict[str, list[int]] = {}
+        self.referenced: dict[str, list[int]] = {}
+        self.resolved: dict[int, Item] = {}
+        self.outputs: dict[str, list[int]] = {}
+        # Items that are findings of their own: references to nothing recorded, ambiguous items.
+        self.unknown: set[int] = set()
+        self.ambiguous: set[int] = set()
+        self.kinds = [items.kind(item) for item in self.input]
+        for index, item in enumerate(self.input):
+            item_kind = self.kinds[index]
+            if item_kind == items.FUNCTION_CALL_OUTPUT:
+                call_id = items.output_call_id(item)
+                if call_id is not None:
+                    self.outputs.setdefault(call_id, []).append(index)
+            elif item_kind == items.ITEM_REFERENCE:
+                ref = items.reference_id(item)
+                resolved = self.recorded.item(ref) if ref is not None else None
+                if resolved is None:
+                    # An upstream that stores items may resolve it to anything, an output too.
+                    self.unknown.add(index)
+                    continue
+                key = items.pairing_key(resolved)
+                if key is not None:
+                    self.referenced.setdefault(key, []).append(index)
+                    self.resolved[index] = resolved
+            elif isinstance(item, dict):
+                if item_kind is None and items.is_ambiguous(item):
+                    self.ambiguous.add(index)
+                key = items.pairing_key_of(item, item_kind)
+                if key is not None:
+                    self.candidates.setdefault(key, []).append(index)
+
+    def paired(self, index: int, call_id: str) -> tuple[int, int, Sequence[Item]]:
+        """The candidates for `call_id` that precede `index`: how many inline, how many by
+        reference (the first of each list in `candidates` and `referenced`), and upstream.
+
+        Counted by bisection, never listed: with thousands of items that share a `call_id`,
+        listing them for every output would be quadratic.
+        """
+        inline = bisect_left(self.candidates.get(call_id, []), index)
+        by_reference = bisect_left(self.referenced.get(call_id, []), index)
+        return inline, by_reference, self.recorded.calls(call_id)
+
+    def pairs_upstream(self, call_id: str | None) -> bool:
+        """Whether a call with `call_id` lives upstream, in the recorded chain."""
+        if call_id is None:
+            return False
+        return bool(self.recorded.calls(call_id))
+
+    def without(self, removed: set[int], latest: dict[str, int]) -> list[Any]:
+        """The input less `removed` (stripped outputs and items), less the inline pairs that
+        precede `latest` (call_id -> its latest stripped output), closed so nothing dangles."""
+        removed = set(removed)
+        for call_id, index in latest.items():
+            for pool in (self.candidates.get(call_id, []), self.referenced.get(call_id, [])):
+                removed.update(pool[: bisect_left(pool, index)])
+        changed = True
+        while changed:
+            changed = False
+            for key, outputs in self.outputs.items():
+                calls = self.candidates.get(key, [])
+                calls_gone = bool(calls) and all(i in removed for i in calls)
+                outputs_gone = all(i in removed for i in outputs)
+                if calls_gone and not outputs_gone:
+                    removed.update(outputs)
+                    changed = True
+                elif outputs_gone and calls and not calls_gone:
+                    removed.update(calls)
+                    changed = True
+        return [item for i, item in enumerate(self.input) if i not in removed]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,7 +14,7 @@ from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
 from proxy.gate.items import Item
-from proxy.gate.pairing import NOTHING_RECORDED, Recorded
+from proxy.gate.pairing import NOTHING_RECORDED, Pairing, Recorded
 from proxy.gate.policy import (
     AMBIGUOUS_ITEM,
     ENVELOPE,
@@ -144,39 +143,7 @@ class _Inspection:
         self.request_schemas: dict[str, list[Any]] | None = None
         self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
         self.allowance = Allowance(policy.validation_timeout_s)
-        # Pairing keys -> indexes of inline candidates, of item_references resolving to a
-        # candidate, and of outputs, in input order. Each reference is resolved once, here.
-        self.candidates: dict[str, list[int]] = {}
-        self.referenced: dict[str, list[int]] = {}
-        self.resolved: dict[int, Item] = {}
-        self.outputs: dict[str, list[int]] = {}
-        # Items that are findings of their own: references to nothing recorded, ambiguous items.
-        self.unknown: set[int] = set()
-        self.ambiguous: set[int] = set()
-        self.kinds = [items.kind(item) for item in input_items]
-        for index, item in enumerate(input_items):
-            item_kind = self.kinds[index]
-            if item_kind == items.FUNCTION_CALL_OUTPUT:
-                call_id = items.output_call_id(item)
-                if call_id is not None:
-                    self.outputs.setdefault(call_id, []).append(index)
-            elif item_kind == items.ITEM_REFERENCE:
-                ref = items.reference_id(item)
-                resolved = recorded.item(ref) if ref is not None else None
-                if resolved is None:
-                    # An upstream that stores items may resolve it to anything, an output too.
-                    self.unknown.add(index)
-                    continue
-                key = items.pairing_key(resolved)
-                if key is not None:
-                    self.referenced.setdefault(key, []).append(index)
-                    self.resolved[index] = resolved
-            elif isinstance(item, dict):
-                if item_kind is None and items.is_ambiguous(item):
-                    self.ambiguous.add(index)
-                key = items.pairing_key_of(item, item_kind)
-                if key is not None:
-                    self.candidates.setdefault(key, []).append(index)
+        self.pairing = Pairing(input_items, recorded)
 
     def run(self) -> Verdict:
         findings: list[Finding] = []
@@ -192,20 +159,20 @@ class _Inspection:
                         call_id if isinstance(call_id, str) else None,
                     )
                 )
-            if index in self.ambiguous:
+            if index in self.pairing.ambiguous:
                 call_id = item.get("call_id")
                 key = call_id if isinstance(call_id, str) else None
                 findings.append(self.finding(index, key, AMBIGUOUS_ITEM))
-            elif index in self.unknown:
+            elif index in self.pairing.unknown:
                 unknown = self.finding(index, None, UNKNOWN_REFERENCE)
                 findings.append(replace(unknown, reference=items.reference_id(item)))
             # An output that also carries an envelope key is still gated: the envelope's action
             # (say `log`) must not let its call past a stricter reason's action.
-            if self.kinds[index] == items.FUNCTION_CALL_OUTPUT:
+            if self.pairing.kinds[index] == items.FUNCTION_CALL_OUTPUT:
                 finding = self.check_output(index, item)
                 if finding is not None:
                     findings.append(finding)
-                    if finding.action == "strip" and self.pairs_upstream(finding):
+                    if finding.action == "strip" and self.pairing.pairs_upstream(finding.call_id):
                         upstream_only.add(index)
         if not findings:
             return Verdict("forward")
@@ -219,22 +186,6 @@ class _Inspection:
         if any(f.action == "strip" for f in findings):
             return Verdict("strip", tuple(findings), self.stripped(findings))
         return Verdict("forward", tuple(findings))
-
-    def paired(self, index: int, call_id: str) -> tuple[int, int, Sequence[Item]]:
-        """The candidates for `call_id` that precede `index`: how many inline, how many by
-        reference (the first of each list in `candidates` and `referenced`), and upstream.
-
-        Counted by bisection, never listed: with thousands of items that share a `call_id`,
-        listing them for every output would be quadratic.
-        """
-        inline = bisect_left(self.candidates.get(call_id, []), index)
-        by_reference = bisect_left(self.referenced.get(call_id, []), index)
-        return inline, by_reference, self.recorded.calls(call_id)
-
-    def pairs_upstream(self, finding: Finding) -> bool:
-        if finding.call_id is None:
-            return False
-        return bool(self.recorded.calls(finding.call_id))
 
     def finding(
         self,
@@ -261,21 +212,24 @@ class _Inspection:
         call_id = items.output_call_id(output)
         if call_id is None:
             return self.finding(index, call_id, "orphan")
-        inline, by_reference, upstream = self.paired(index, call_id)
+        inline, by_reference, upstream = self.pairing.paired(index, call_id)
         if not inline + by_reference + len(upstream):
             return None if self.recorded.trust_unpaired else self.finding(index, call_id, "orphan")
         paired_index: int | None
         if inline:
-            paired_index = self.candidates[call_id][0]
+            paired_index = self.pairing.candidates[call_id][0]
             call = self.input[paired_index]
         elif by_reference:
-            paired_index = self.referenced[call_id][0]
-            call = self.resolved[paired_index]
+            paired_index = self.pairing.referenced[call_id][0]
+            call = self.pairing.resolved[paired_index]
         else:
             paired_index, call = None, upstream[0]
         name = call.get("name")
         arguments = call.get("arguments")
-        if inline + by_reference + len(upstream) > 1 or len(self.outputs.get(call_id, ())) > 1:
+        if (
+            inline + by_reference + len(upstream) > 1
+            or len(self.pairing.outputs.get(call_id, ())) > 1
+        ):
             return self.finding(
                 index, call_id, "duplicate_call_id", paired_index, name, arguments=arguments
             )
@@ -367,23 +321,7 @@ class _Inspection:
                 removed.add(f.index)
                 if f.reason not in ITEM_REASONS and f.call_id is not None:
                     latest[f.call_id] = max(latest.get(f.call_id, f.index), f.index)
-        for call_id, index in latest.items():
-            for pool in (self.candidates.get(call_id, []), self.referenced.get(call_id, [])):
-                removed.update(pool[: bisect_left(pool, index)])
-        changed = True
-        while changed:
-            changed = False
-            for key, outputs in self.outputs.items():
-                calls = self.candidates.get(key, [])
-                calls_gone = bool(calls) and all(i in removed for i in calls)
-                outputs_gone = all(i in removed for i in outputs)
-                if calls_gone and not outputs_gone:
-                    removed.update(outputs)
-                    changed = True
-                elif outputs_gone and calls and not calls_gone:
-                    removed.update(calls)
-                    changed = True
-        return [item for i, item in enumerate(self.input) if i not in removed]
+        return self.pairing.without(removed, latest)
 
 
 def rejection(verdict: Verdict, **extra: Any) -> dict[str, Any]:
