@@ -23,45 +23,6 @@ from proxy.config import Config, parse_config
 from proxy.workers import free_port
 from tests.servers.scripted_agent import serve_in_thread
 
-SALES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["region"],
-    "properties": {"region": {"type": "string", "enum": ["apac", "emea", "amer"]}},
-}
-# The original articles' lookup_order tool.
-LOOKUP_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "order_id": {"type": "string", "pattern": "^[A-Z]-\\d{4}$"},
-        "include_lines": {"type": "boolean"},
-    },
-    "required": ["order_id", "include_lines"],
-    "additionalProperties": False,
-}
-SALES_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": "get_latest_sales_report",
-    "description": "The latest sales report for a region.",
-    "parameters": SALES_SCHEMA,
-}
-
-
-def sales_call(call_id: str, region: str = "apac", **extra: Any) -> dict[str, Any]:
-    item = {
-        "type": "function_call",
-        "id": f"fc_{call_id}",
-        "call_id": call_id,
-        "name": "get_latest_sales_report",
-        "status": "completed",
-        "arguments": json.dumps({"region": region}),
-    }
-    return item | extra
-
-
-def sales_output(call_id: str, output: str = "sales report") -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": output}
-
 
 @dataclass
 class Received:
@@ -176,30 +137,6 @@ async def client_for() -> AsyncIterator[Clients]:
     yield make
     for client in clients:
         await client.close()
-
-
-# An audit record: DESIGN.md's fields, and `prev`, which chains it to the record before.
-AUDIT_FIELDS = {
-    "ts",
-    "event",
-    "request_id",
-    "action",
-    "transport",
-    "path",
-    "model",
-    "previous_response_id",
-    "tenant",
-    "body_sha256",
-    "findings",
-    "prev",
-}
-
-
-def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
-    path = tmp_path / "audit.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture(scope="session")

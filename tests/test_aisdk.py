@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ProxyFactory, audit_records
+from tests.builders import audit_records
+from tests.conftest import ProxyFactory
 
 PROJECT = Path(__file__).parent / "clients" / "aisdk"
 INSTALL = "npm ci --prefix tests/clients/aisdk"

@@ -17,7 +17,7 @@ import pytest
 
 from proxy.audit import GENESIS, AuditLog, Request, line_hash
 from proxy.gate import Policy, Verdict, inspect
-from tests.conftest import AUDIT_FIELDS
+from tests.builders import AUDIT_FIELDS
 
 ORPHAN_BODY: dict[str, Any] = {
     "model": "m",

@@ -13,15 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.conftest import (
-    SALES_TOOL,
-    ProxyFactory,
-    Received,
-    RecordingUpstream,
-    audit_records,
-    sales_call,
-    sales_output,
-)
+from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
+from tests.conftest import ProxyFactory, Received, RecordingUpstream
 
 ALICE_KEY = "rp-alice-0123456789"
 BOB_KEY = "rp-bob-9876543210"

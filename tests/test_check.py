@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from proxy.check import DocumentError, iter_documents
-from tests.conftest import LOOKUP_SCHEMA as LOOKUP
-from tests.conftest import SALES_SCHEMA as SALES
+from tests.builders import LOOKUP_SCHEMA as LOOKUP
+from tests.builders import SALES_SCHEMA as SALES
 
 TOOLS = [
     {"type": "function", "name": "get_latest_sales_report", "parameters": SALES},

@@ -22,7 +22,7 @@ from proxy.config import (
     parse_config,
 )
 from proxy.gate import Policy, inspect
-from tests.conftest import SALES_SCHEMA as SALES
+from tests.builders import SALES_SCHEMA as SALES
 
 ROOT = Path(__file__).resolve().parent.parent
 

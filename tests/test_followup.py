@@ -16,17 +16,8 @@ from aiohttp.web import ContentCoding
 from openai import AsyncOpenAI
 from openai.types.responses import ResponseCompletedEvent
 
-from tests.conftest import (
-    SALES_TOOL,
-    Clients,
-    ProxyFactory,
-    Received,
-    RecordingUpstream,
-    RedisServer,
-    audit_records,
-    sales_call,
-    sales_output,
-)
+from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
+from tests.conftest import Clients, ProxyFactory, Received, RecordingUpstream, RedisServer
 
 MODEL = "scripted"
 TOOLS: list[Any] = [SALES_TOOL]

@@ -8,13 +8,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import (
-    SALES_TOOL,
-    ProxyFactory,
-    RecordingUpstream,
-    sales_call,
-    sales_output,
-)
+from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.conftest import ProxyFactory, RecordingUpstream
 
 QUESTION = {"role": "user", "content": "what are the latest sales?"}
 

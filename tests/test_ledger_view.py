@@ -9,7 +9,7 @@ import pytest
 
 from proxy.ledger import Ledger, LedgerFault, LedgerView, Recording, same_arguments
 from proxy.stores import MemoryStore
-from tests.conftest import sales_call, sales_output
+from tests.builders import sales_call, sales_output
 
 APAC = '{"region":"apac"}'
 

@@ -23,16 +23,8 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from proxy.workers import free_port
-from tests.conftest import (
-    SALES_TOOL,
-    Clients,
-    ProxyFactory,
-    Received,
-    RecordingUpstream,
-    audit_records,
-    sales_call,
-    sales_output,
-)
+from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
+from tests.conftest import Clients, ProxyFactory, Received, RecordingUpstream
 
 HANG_GUARD_S = 10
 ID = re.compile(r"req_[0-9a-f]{32}")

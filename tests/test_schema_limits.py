@@ -13,7 +13,8 @@ import pytest
 
 from proxy.gate import Policy, Verdict, inspect
 from proxy.schemas import SchemaLimits
-from tests.conftest import SALES_TOOL, RecordingUpstream, sales_call, sales_output
+from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.conftest import RecordingUpstream
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 

@@ -10,15 +10,8 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from tests.conftest import (
-    SALES_TOOL,
-    Clients,
-    ProxyFactory,
-    RecordingUpstream,
-    audit_records,
-    sales_call,
-    sales_output,
-)
+from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
+from tests.conftest import Clients, ProxyFactory, RecordingUpstream
 
 MODEL = "scripted"
 TOOLS: list[Any] = [SALES_TOOL]

@@ -20,14 +20,8 @@ from openai import AsyncOpenAI
 from proxy.boundary import Live
 from proxy.config import parse_config
 from proxy.workers import free_port
-from tests.conftest import (
-    SALES_TOOL,
-    Received,
-    RecordingUpstream,
-    RedisServer,
-    sales_call,
-    sales_output,
-)
+from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.conftest import Received, RecordingUpstream, RedisServer
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,8 @@ from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
-from tests.conftest import SALES_TOOL, ProxyFactory, sales_call, sales_output
+from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.conftest import ProxyFactory
 from tests.servers.routing_upstreams import (
     GATED_ROUTES,
     RoutingUpstream,

@@ -23,7 +23,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from tests.conftest import SALES_TOOL, ProxyFactory, sales_call, sales_output
+from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.conftest import ProxyFactory
 from tests.servers.wire import (
     GUARD_S,
     ForwardProxy,

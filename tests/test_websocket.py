@@ -12,14 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import (
-    SALES_TOOL,
-    ProxyFactory,
-    RecordingUpstream,
-    audit_records,
-    sales_call,
-    sales_output,
-)
+from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
+from tests.conftest import ProxyFactory, RecordingUpstream
 
 
 @pytest.fixture
