@@ -24,7 +24,7 @@ from proxy.config import (
 from proxy.gate import Policy, inspect
 from tests.builders import SALES_SCHEMA as SALES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 EVERY_KEY = """\

@@ -7,7 +7,7 @@ oracle written apart from the gate.
 
 The suite runs a bounded, derandomized number of examples. A longer, random run:
 
-    FUZZ_EXAMPLES=100000 pytest tests/test_fuzz.py --timeout=0
+    FUZZ_EXAMPLES=100000 pytest tests/admission/test_fuzz.py --timeout=0
 
 (a failure prints a `@reproduce_failure` line that replays it).
 """

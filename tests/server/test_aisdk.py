@@ -11,7 +11,7 @@ import pytest
 from tests.builders import audit_records
 from tests.conftest import ProxyFactory
 
-PROJECT = Path(__file__).parent / "clients" / "aisdk"
+PROJECT = Path(__file__).resolve().parents[1] / "clients" / "aisdk"
 INSTALL = "npm ci --prefix tests/clients/aisdk"
 
 

@@ -23,7 +23,7 @@ from proxy.workers import free_port
 from tests.builders import SALES_TOOL, sales_call, sales_output
 from tests.conftest import Received, RecordingUpstream, RedisServer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Proxy:
