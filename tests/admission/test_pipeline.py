@@ -18,9 +18,8 @@ from proxy.config import parse_config
 from proxy.ledger import Ledger
 from proxy.metrics import Metrics
 from proxy.stores import MemoryStore
-from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
+from tests.builders import SALES_TOOL, USER, audit_records, sales_call, sales_output
 
-USER = {"role": "user", "content": "sales?"}
 JSON = "application/json"
 
 

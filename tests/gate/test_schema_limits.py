@@ -13,10 +13,8 @@ import pytest
 
 from proxy.gate import Policy, Verdict, inspect
 from proxy.schemas import SchemaLimits
-from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.builders import JSON_HEADERS, SALES_TOOL, sales_call, sales_output
 from tests.conftest import RecordingUpstream
-
-JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def nested(depth: int) -> dict[str, Any]:

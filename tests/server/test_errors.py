@@ -15,10 +15,9 @@ import pytest
 from proxy import audit
 from proxy.audit import AuditLog
 from proxy.stores import MemoryStore
-from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.builders import SALES_TOOL, USER, sales_call, sales_output
 from tests.conftest import ProxyFactory, RecordingUpstream
 
-USER = {"role": "user", "content": "sales?"}
 CLEAN = {"model": "m", "tools": [SALES_TOOL], "input": [USER]}
 FAILING = {
     "model": "m",

@@ -20,11 +20,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
+from tests.builders import HANG_GUARD_S, SALES_TOOL, USER, audit_records, sales_call, sales_output
 from tests.conftest import ProxyFactory, Received, RecordingUpstream
-
-HANG_GUARD_S = 10
-USER = {"role": "user", "content": "How did APAC do last quarter?"}
 
 
 def body_of(*items: Any) -> bytes:

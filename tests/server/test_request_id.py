@@ -23,14 +23,19 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from proxy.workers import free_port
-from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
+from tests.builders import (
+    HANG_GUARD_S,
+    JSON_HEADERS,
+    SALES_TOOL,
+    USER,
+    audit_records,
+    sales_call,
+    sales_output,
+)
 from tests.conftest import Clients, ProxyFactory, Received, RecordingUpstream
 
-HANG_GUARD_S = 10
 ID = re.compile(r"req_[0-9a-f]{32}")
 UPSTREAM_ID = "req_from_the_upstream"
-JSON = {"Content-Type": "application/json"}
-USER = {"role": "user", "content": "sales?"}
 LISTED = [{"name": "alice", "key_sha256": hashlib.sha256(b"sk-listed-client").hexdigest()}]
 
 
@@ -66,7 +71,7 @@ class Case:
 CASES = [
     pytest.param(Case("GET", "/v1/models", 200, relayed=True), id="pass-through"),
     pytest.param(
-        Case("POST", "/v1/responses", 200, json.dumps(CLEAN).encode(), JSON, relayed=True),
+        Case("POST", "/v1/responses", 200, json.dumps(CLEAN).encode(), JSON_HEADERS, relayed=True),
         id="gated-forward",
     ),
     pytest.param(
@@ -75,7 +80,7 @@ CASES = [
             "/v1/responses",
             200,
             json.dumps(FAILING).encode(),
-            JSON,
+            JSON_HEADERS,
             {"gate": {"action": "log"}},
             relayed=True,
             audited=True,
@@ -83,7 +88,9 @@ CASES = [
         id="logged-forward",
     ),
     pytest.param(
-        Case("POST", "/v1/responses", 400, json.dumps(FAILING).encode(), JSON, audited=True),
+        Case(
+            "POST", "/v1/responses", 400, json.dumps(FAILING).encode(), JSON_HEADERS, audited=True
+        ),
         id="blocked",
     ),
     pytest.param(Case("POST", "/v1/responses", 415, b"{}"), id="own-4xx"),
@@ -93,7 +100,7 @@ CASES = [
             "/v1/responses",
             413,
             b'{"input": "' + b"a" * 100 + b'"}',
-            JSON,
+            JSON_HEADERS,
             {"limits": {"max_body_bytes": 64}},
         ),
         id="too-large",
@@ -325,7 +332,7 @@ async def test_the_proxys_own_5xx_say_who_failed_and_log_the_rest(
 ) -> None:
     url = socket_upstream[upstream]
     base = await start_proxy(url, upstream={"read_timeout_s": 0.2})
-    headers = JSON
+    headers = JSON_HEADERS
     if method == "WS":
         method = "GET"
         key = base64.b64encode(os.urandom(16)).decode()

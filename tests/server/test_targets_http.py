@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
-from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.builders import SALES_TOOL, USER, sales_call, sales_output
 from tests.conftest import ProxyFactory
 from tests.servers.routing_upstreams import (
     GATED_ROUTES,
@@ -29,7 +29,6 @@ from tests.servers.routing_upstreams import (
 )
 
 HANG_GUARD_S = 30
-USER = {"role": "user", "content": "sales?"}
 FAILING = json.dumps(
     {
         "model": "m",

@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.builders import JSON_HEADERS, SALES_TOOL, sales_call, sales_output
 from tests.conftest import ProxyFactory
 from tests.servers.wire import (
     GUARD_S,
@@ -32,6 +32,7 @@ from tests.servers.wire import (
     Step,
     answer,
     chunked,
+    exchange_raw,
     header_of,
     reset,
 )
@@ -44,7 +45,6 @@ CLEAN = json.dumps(
         "input": [{"role": "user", "content": "hi"}, sales_call("c1"), sales_output("c1")],
     }
 ).encode()
-JSON_HEADERS = {"Content-Type": "application/json"}
 
 Wire = Callable[..., Awaitable[ScriptedWire]]
 
@@ -89,19 +89,6 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
 async def post(client: aiohttp.ClientSession, url: str) -> tuple[int, bytes]:
     async with client.post(url + "/v1/responses", data=CLEAN, headers=JSON_HEADERS) as got:
         return got.status, await got.read()
-
-
-async def raw_exchange(base: str, request: bytes) -> bytes:
-    """Send raw request bytes to the proxy and read its answer to the end of the connection."""
-    host, port = base.removeprefix("http://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(request)
-        async with asyncio.timeout(GUARD_S):
-            return await reader.read(-1)
-    finally:
-        writer.close()
-        await writer.wait_closed()
 
 
 def tls_pair(tmp_path: Path) -> tuple[trustme.CA, ssl.SSLContext, Path]:
@@ -268,7 +255,7 @@ async def test_header_bytes_beyond_ascii_are_relayed_unchanged_both_ways(
     as the same bytes: never a 500, never re-encoded."""
     upstream = await wire([(answer(b"ok", b"X-Reply: " + answered), False)])
     proxy = await start_proxy(upstream.url)
-    got = await raw_exchange(
+    got = await exchange_raw(
         proxy,
         b"GET /v1/models HTTP/1.1\r\nHost: proxy\r\nX-Name: "
         + sent
@@ -287,7 +274,7 @@ async def test_a_client_header_that_is_not_utf8_is_refused(
     upstream hears nothing."""
     upstream = await wire([(answer(b"ok"), False)])
     proxy = await start_proxy(upstream.url)
-    got = await raw_exchange(
+    got = await exchange_raw(
         proxy,
         b"GET /v1/models HTTP/1.1\r\nHost: proxy\r\nX-Name: caf\xe9\r\nConnection: close\r\n\r\n",
     )

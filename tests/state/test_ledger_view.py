@@ -9,9 +9,7 @@ import pytest
 
 from proxy.ledger import Ledger, LedgerFault, LedgerView, Recording, same_arguments
 from proxy.stores import MemoryStore
-from tests.builders import sales_call, sales_output
-
-APAC = '{"region":"apac"}'
+from tests.builders import APAC, sales_call, sales_output
 
 SAME_ARGUMENTS = [
     pytest.param(APAC, APAC, True, id="same-string"),
