@@ -52,6 +52,23 @@ SALES_TOOL: dict[str, Any] = {
 }
 
 
+# The articles' two tools, without descriptions, and a web search the model ran.
+ARTICLE_TOOLS = [
+    {"type": "function", "name": "get_latest_sales_report", "parameters": SALES_SCHEMA},
+    {"type": "function", "name": "lookup_order", "parameters": LOOKUP_SCHEMA},
+]
+WEB_SEARCH = {
+    "type": "openai:web_search_call",
+    "id": "ws_001",
+    "status": "completed",
+    "action": {"type": "search", "query": "apac sales report"},
+}
+
+
+def article_output(call_id: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": "sales report for apac"}
+
+
 def sales_call(call_id: str, region: str = "apac", **extra: Any) -> dict[str, Any]:
     item = {
         "type": "function_call",
@@ -118,6 +135,12 @@ def failing_body(**fields: Any) -> dict[str, Any]:
 def odd_bytes(body: Any) -> bytes:
     """The body as some client might write it: tabs, spaces before commas, a CRLF at the end."""
     return json.dumps(body, indent="\t", separators=(" ,", " :  ")).encode() + b"\r\n"
+
+
+def raw_deflate(data: bytes) -> bytes:
+    """`data` as a raw DEFLATE stream, without zlib's header."""
+    compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
 
 
 def compact(body: Any) -> bytes:
@@ -240,6 +263,10 @@ def without(item: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 def output(call_id: Any) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": "sales report"}
+
+
+def typeless(item: dict[str, Any]) -> dict[str, Any]:
+    return without(item, "type")
 
 
 def message(text: str) -> dict[str, Any]:

@@ -21,14 +21,10 @@ from proxy.body import (
     parse,
     stripped,
 )
+from tests.builders import raw_deflate
 
 LIMIT = 4096
 DOC = b'{"model": "m", "input": "hello"}'
-
-
-def raw_deflate(data: bytes) -> bytes:
-    compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
-    return compressor.compress(data) + compressor.flush()
 
 
 def bomb(compress: Callable[[bytes], bytes]) -> bytes:

@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 
 from proxy.gate import Policy, inspect
-from tests.builders import LOOKUP_SCHEMA as LOOKUP
-from tests.builders import SALES_SCHEMA as SALES
-
-TOOLS = [
-    {"type": "function", "name": "get_latest_sales_report", "parameters": SALES},
-    {"type": "function", "name": "lookup_order", "parameters": LOOKUP},
-]
+from tests.builders import ARTICLE_TOOLS as TOOLS
+from tests.builders import WEB_SEARCH, article_output
 
 
 def call(call_id: str, arguments: Any, name: str = "get_latest_sales_report", **extra: Any) -> Any:
@@ -29,20 +24,9 @@ def call(call_id: str, arguments: Any, name: str = "get_latest_sales_report", **
     return item | extra
 
 
-def output(call_id: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": "sales report for apac"}
-
-
 def lookup(arguments: dict[str, Any]) -> Any:
     return call("call_200", json.dumps(arguments), "lookup_order")
 
-
-WEB_SEARCH = {
-    "type": "openai:web_search_call",
-    "id": "ws_001",
-    "status": "completed",
-    "action": {"type": "search", "query": "apac sales report"},
-}
 
 EXAMPLES = [
     pytest.param(call("call_123", '{"region":"apac"}'), "call_123", None, [], id="sales-ok"),
@@ -88,7 +72,7 @@ EXAMPLES = [
 def test_article_examples(
     paired: dict[str, Any], call_id: str, reason: str | None, fail: list[dict[str, str]]
 ) -> None:
-    verdict = inspect({"input": [paired, output(call_id)], "tools": TOOLS}, Policy())
+    verdict = inspect({"input": [paired, article_output(call_id)], "tools": TOOLS}, Policy())
     if reason is None:
         assert verdict.outcome == "forward"
         assert verdict.findings == ()

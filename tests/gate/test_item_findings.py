@@ -7,13 +7,8 @@ from typing import Any
 import pytest
 
 from proxy.gate import Policy, inspect, rejection
-from tests.builders import GLOBAL, call, message, only, output, ref, request, without
+from tests.builders import GLOBAL, call, message, only, output, ref, request, typeless, without
 from tests.gate.ledger_double import Ledger
-
-
-def typeless(item: dict[str, Any]) -> dict[str, Any]:
-    return without(item, "type")
-
 
 # Items as a lenient server reads them (the spec's defaults), and item-level findings:
 # (input items, policy settings, ledger, every finding as (index, reason)).

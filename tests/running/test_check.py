@@ -13,19 +13,9 @@ from typing import Any
 import pytest
 
 from proxy.check import DocumentError, iter_documents
-from tests.builders import LOOKUP_SCHEMA as LOOKUP
+from tests.builders import ARTICLE_TOOLS as TOOLS
 from tests.builders import SALES_SCHEMA as SALES
-
-TOOLS = [
-    {"type": "function", "name": "get_latest_sales_report", "parameters": SALES},
-    {"type": "function", "name": "lookup_order", "parameters": LOOKUP},
-]
-WEB_SEARCH = {
-    "type": "openai:web_search_call",
-    "id": "ws_001",
-    "status": "completed",
-    "action": {"type": "search", "query": "apac sales report"},
-}
+from tests.builders import WEB_SEARCH, article_output
 
 
 def sales_call(call_id: str, arguments: Any, **extra: Any) -> dict[str, Any]:
@@ -42,10 +32,6 @@ def sales_call(call_id: str, arguments: Any, **extra: Any) -> dict[str, Any]:
 
 def lookup_call(arguments: dict[str, Any]) -> dict[str, Any]:
     return sales_call("call_200", json.dumps(arguments), name="lookup_order")
-
-
-def output(call_id: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": "sales report for apac"}
 
 
 def body(*input_items: Any, tools: Any = TOOLS) -> dict[str, Any]:
@@ -180,7 +166,7 @@ EXAMPLES = [
 def test_article_example_human(
     tmp_path: Path, paired: Any, call_id: str, line: str, finding: dict[str, Any] | None
 ) -> None:
-    name = write(tmp_path / "request.json", body(paired, output(call_id)))
+    name = write(tmp_path / "request.json", body(paired, article_output(call_id)))
     run = check(tmp_path, name)
     outcome = "outcome forward, 0 finding(s)" if finding is None else "outcome block, 1 finding(s)"
     assert run.lines == [f"request.json: {line}", f"request.json: {outcome}"]
@@ -192,7 +178,7 @@ def test_article_example_human(
 def test_article_example_json(
     tmp_path: Path, paired: Any, call_id: str, line: str, finding: dict[str, Any] | None
 ) -> None:
-    name = write(tmp_path / "request.json", body(paired, output(call_id)))
+    name = write(tmp_path / "request.json", body(paired, article_output(call_id)))
     run = check(tmp_path, "--json", name)
     if finding is None:
         assert run.verdicts == [{"outcome": "forward", "findings": []}]
@@ -203,9 +189,9 @@ def test_article_example_json(
     assert run.code == 1
 
 
-CLEAN = body(sales_call("call_1", '{"region":"apac"}'), output("call_1"))
-DIRTY = body(sales_call("call_2", '{"region":"global"}'), output("call_2"))
-ORPHAN_ITEMS = [{"role": "user", "content": "hi"}, output("call_9")]
+CLEAN = body(sales_call("call_1", '{"region":"apac"}'), article_output("call_1"))
+DIRTY = body(sales_call("call_2", '{"region":"global"}'), article_output("call_2"))
+ORPHAN_ITEMS = [{"role": "user", "content": "hi"}, article_output("call_9")]
 
 
 @pytest.mark.parametrize(
@@ -279,7 +265,7 @@ ORPHAN_ITEMS = [{"role": "user", "content": "hi"}, output("call_9")]
             json.dumps(
                 [
                     sales_call("call_1", '{"region":"global"}'),
-                    output("call_1") | {"tool_call_id": "call_1"},
+                    article_output("call_1") | {"tool_call_id": "call_1"},
                 ]
             ),
             [
@@ -443,7 +429,11 @@ def test_config_pinned_schema(
 ) -> None:
     name = write(
         tmp_path / "request.json",
-        body(sales_call("call_1", '{"region":"global"}'), output("call_1"), tools=request_tools),
+        body(
+            sales_call("call_1", '{"region":"global"}'),
+            article_output("call_1"),
+            tools=request_tools,
+        ),
     )
     run = check(tmp_path, "--json", "--config", config(tmp_path, pinned, action), name)
     assert run.code == code

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.builders import SALES_TOOL, sales_call, sales_output
+from tests.builders import SALES_TOOL, sales_call, sales_output, typeless
 from tests.conftest import ProxyFactory, RecordingUpstream
 
 QUESTION = {"role": "user", "content": "what are the latest sales?"}
@@ -24,10 +24,6 @@ async def post(base: str, sent: dict[str, Any]) -> tuple[int, Any]:
         session.post(base + "/v1/responses", json=sent) as answer,
     ):
         return answer.status, await answer.json()
-
-
-def typeless(item: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in item.items() if k != "type"}
 
 
 # (input after the question, the findings as (index, reason)); fastresponses answers each one

@@ -20,7 +20,15 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from tests.builders import HANG_GUARD_S, SALES_TOOL, USER, audit_records, sales_call, sales_output
+from tests.builders import (
+    HANG_GUARD_S,
+    SALES_TOOL,
+    USER,
+    audit_records,
+    raw_deflate,
+    sales_call,
+    sales_output,
+)
 from tests.conftest import ProxyFactory, Received, RecordingUpstream
 
 
@@ -32,11 +40,6 @@ def body_of(*items: Any) -> bytes:
 
 CLEAN = body_of(sales_call("call_1"), sales_output("call_1"))
 FAILING = body_of(sales_call("call_1", "mars"), sales_output("call_1"))
-
-
-def raw_deflate(data: bytes) -> bytes:
-    squeezer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
-    return squeezer.compress(data) + squeezer.flush()
 
 
 Encode = Callable[[bytes], bytes]
