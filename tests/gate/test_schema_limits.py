@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -14,7 +14,8 @@ import pytest
 from proxy.gate import Policy, Verdict, inspect
 from proxy.schemas import SchemaLimits
 from tests.builders import JSON_HEADERS, SALES_TOOL, sales_call, sales_output
-from tests.conftest import RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 
 def nested(depth: int) -> dict[str, Any]:
@@ -147,7 +148,7 @@ LARGE = {"anyOf": [{"type": "object", "minProperties": i} for i in range(4_000)]
 )
 async def test_another_client_is_served_meanwhile(
     recording_upstream: RecordingUpstream,
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     parameters: Any,
     arguments: str,

@@ -21,7 +21,8 @@ from proxy.boundary import Live
 from proxy.config import parse_config
 from proxy.workers import free_port
 from tests.builders import SALES_TOOL, sales_call, sales_output
-from tests.conftest import Received, RecordingUpstream, RedisServer
+from tests.servers.recording import Received, RecordingUpstream
+from tests.servers.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 

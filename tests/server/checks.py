@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import CLEAN, HANG_GUARD_S, JSON_HEADERS, POLL_S, at
-from tests.conftest import RecordingUpstream
-
-ProxyStarter = Callable[..., Awaitable[str]]
+from tests.servers.recording import RecordingUpstream
 
 
 async def served_clean(

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from proxy.app import make_app
 from proxy.config import parse_config
-from tests.conftest import ProxyFactory
+from tests.fixture_types import ProxyFactory
 
 
 @pytest.fixture

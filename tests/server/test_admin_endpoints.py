@@ -7,8 +7,9 @@ from typing import Any
 import aiohttp
 
 from tests.builders import at, clean_body, failing_body
-from tests.conftest import ProxyFactory, RecordingUpstream
+from tests.fixture_types import ProxyFactory
 from tests.server.checks import metric, scrape
+from tests.servers.recording import RecordingUpstream
 
 
 async def test_healthy(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.builders import audit_records
-from tests.conftest import ProxyFactory
+from tests.fixture_types import ProxyFactory
 
 PROJECT = Path(__file__).resolve().parents[1] / "clients" / "aisdk"
 INSTALL = "npm ci --prefix tests/clients/aisdk"

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
-from tests.conftest import ProxyFactory, Received, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import Received, RecordingUpstream
 
 ALICE_KEY = "rp-alice-0123456789"
 BOB_KEY = "rp-bob-9876543210"

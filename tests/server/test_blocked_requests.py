@@ -21,7 +21,8 @@ from tests.builders import (
     odd_bytes,
     sales_output,
 )
-from tests.conftest import ProxyFactory, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,8 @@ from tests.builders import (
     odd_bytes,
     stream_of,
 )
-from tests.conftest import ProxyFactory, Received, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import Received, RecordingUpstream
 
 
 @pytest.mark.parametrize("coding", ["identity", "gzip", "deflate", "br"])

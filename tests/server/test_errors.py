@@ -16,7 +16,8 @@ from proxy import audit
 from proxy.audit import AuditLog
 from proxy.stores import MemoryStore
 from tests.builders import SALES_TOOL, USER, sales_call, sales_output
-from tests.conftest import ProxyFactory, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 CLEAN = {"model": "m", "tools": [SALES_TOOL], "input": [USER]}
 FAILING = {

@@ -9,7 +9,8 @@ import aiohttp
 import pytest
 
 from tests.builders import SALES_TOOL, sales_call, sales_output, typeless
-from tests.conftest import ProxyFactory, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 QUESTION = {"role": "user", "content": "what are the latest sales?"}
 

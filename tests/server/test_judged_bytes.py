@@ -29,7 +29,8 @@ from tests.builders import (
     sales_call,
     sales_output,
 )
-from tests.conftest import ProxyFactory, Received, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import Received, RecordingUpstream
 
 
 def body_of(*items: Any) -> bytes:

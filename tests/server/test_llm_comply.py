@@ -8,7 +8,7 @@ import shutil
 import sys
 from typing import Any
 
-from tests.conftest import ProxyFactory
+from tests.fixture_types import ProxyFactory
 
 
 async def comply(base_url: str) -> dict[str, str]:

@@ -23,7 +23,8 @@ from tests.builders import (
     clean_body,
     stream_of,
 )
-from tests.conftest import ProxyFactory, Received, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import Received, RecordingUpstream
 
 
 @pytest.mark.parametrize(

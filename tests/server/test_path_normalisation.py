@@ -18,7 +18,8 @@ from tests.builders import (
     failing_body,
     odd_bytes,
 )
-from tests.conftest import ProxyFactory, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 from tests.servers.wire import exchange_raw
 
 ALIASES = [

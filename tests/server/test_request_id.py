@@ -32,7 +32,8 @@ from tests.builders import (
     sales_call,
     sales_output,
 )
-from tests.conftest import Clients, ProxyFactory, Received, RecordingUpstream
+from tests.fixture_types import Clients, ProxyFactory
+from tests.servers.recording import Received, RecordingUpstream
 
 ID = re.compile(r"req_[0-9a-f]{32}")
 UPSTREAM_ID = "req_from_the_upstream"

@@ -11,7 +11,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
-from tests.conftest import Clients, ProxyFactory, RecordingUpstream
+from tests.fixture_types import Clients, ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 MODEL = "scripted"
 TOOLS: list[Any] = [SALES_TOOL]

@@ -10,8 +10,9 @@ import pytest
 from aiohttp import web
 
 from tests.builders import HANG_GUARD_S, at, clean_body
-from tests.conftest import ProxyFactory, Received, RecordingUpstream
+from tests.fixture_types import ProxyFactory
 from tests.server.checks import metric, scrape
+from tests.servers.recording import Received, RecordingUpstream
 
 EVENT_1 = b'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n'
 EVENT_2 = b'event: response.completed\ndata: {"type":"response.completed","sequence_number":1}\n\n'

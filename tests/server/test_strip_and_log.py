@@ -24,7 +24,8 @@ from tests.builders import (
     sales_call,
     sales_output,
 )
-from tests.conftest import ProxyFactory, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 
 async def test_strip_forwards_compact_json_without_the_pair(

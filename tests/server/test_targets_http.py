@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from tests.builders import SALES_TOOL, USER, sales_call, sales_output
-from tests.conftest import ProxyFactory
+from tests.fixture_types import ProxyFactory
 from tests.servers.routing_upstreams import (
     GATED_ROUTES,
     RoutingUpstream,

@@ -20,7 +20,8 @@ from tests.builders import (
     sales_output,
     stream_of,
 )
-from tests.conftest import ProxyFactory, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 LIMIT = 4096
 GZIPPED = gzip.compress(json.dumps(clean_body()).encode())

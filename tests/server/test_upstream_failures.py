@@ -11,8 +11,9 @@ from aiohttp import web
 
 from proxy.workers import free_port
 from tests.builders import HANG_GUARD_S, at, clean_body
-from tests.conftest import ProxyFactory, Received, RecordingUpstream
+from tests.fixture_types import ProxyFactory
 from tests.server.checks import metric, scrape
+from tests.servers.recording import Received, RecordingUpstream
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 
 from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
-from tests.conftest import ProxyFactory, RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 
 @pytest.fixture

@@ -17,7 +17,9 @@ from openai import AsyncOpenAI
 from openai.types.responses import ResponseCompletedEvent
 
 from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
-from tests.conftest import Clients, ProxyFactory, Received, RecordingUpstream, RedisServer
+from tests.fixture_types import Clients, ProxyFactory
+from tests.servers.recording import Received, RecordingUpstream
+from tests.servers.redis_server import RedisServer
 
 MODEL = "scripted"
 TOOLS: list[Any] = [SALES_TOOL]

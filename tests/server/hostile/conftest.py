@@ -10,12 +10,12 @@ import aiohttp
 import pytest
 
 from tests.builders import BUDGET_S, DEADLINE_S
-from tests.server.checks import ProxyStarter
+from tests.fixture_types import ProxyFactory
 from tests.servers.wire import Behaviour, RawUpstream
 
 
 @pytest.fixture
-def tight_proxy(start_proxy: ProxyStarter) -> ProxyStarter:
+def tight_proxy(start_proxy: ProxyFactory) -> ProxyFactory:
     """Like `start_proxy`, with read deadlines of DEADLINE_S and a validation budget of BUDGET_S."""
     tight = {
         "gate": {"validation_timeout_s": BUDGET_S},

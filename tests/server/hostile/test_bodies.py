@@ -14,8 +14,9 @@ from proxy import strictjson
 from proxy.config import ConfigError, parse_config
 from proxy.gate import Policy, Verdict, inspect
 from tests.builders import BOMB, BOMB_HEADERS, EVIL, JSON_HEADERS, fails, replay
-from tests.conftest import RecordingUpstream
-from tests.server.checks import ProxyStarter, served_clean
+from tests.fixture_types import ProxyFactory
+from tests.server.checks import served_clean
+from tests.servers.recording import RecordingUpstream
 
 DEEP = 100_000
 DIGITS = b"1" * 100_000
@@ -197,7 +198,7 @@ HOSTILE = [
 @pytest.mark.parametrize(("headers", "data", "status", "code", "finding"), HOSTILE)
 async def test_hostile_body_is_answered_and_never_forwarded(
     recording_upstream: RecordingUpstream,
-    tight_proxy: ProxyStarter,
+    tight_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     headers: dict[str, str],
     data: bytes,

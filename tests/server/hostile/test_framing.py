@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
 
 from tests.builders import CLEAN, FAILING, HANG_GUARD_S
-from tests.conftest import RecordingUpstream
+from tests.fixture_types import ProxyFactory
 from tests.server.checks import fds_after, open_fds, served_clean
+from tests.servers.recording import RecordingUpstream
 from tests.servers.wire import chunks_of, close, connect, read_answer, read_to_eof, request_head
 
 
@@ -29,7 +29,7 @@ async def send_bytewise(writer: asyncio.StreamWriter, data: bytes) -> None:
 )
 async def test_body_in_thousands_of_one_byte_chunks(
     recording_upstream: RecordingUpstream,
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     sent: bytes,
     status: int,
 ) -> None:
@@ -94,7 +94,7 @@ FRAMING = [
 @pytest.mark.parametrize("request_bytes", FRAMING)
 async def test_ambiguous_framing_is_refused_and_never_forwarded(
     recording_upstream: RecordingUpstream,
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
     request_bytes: bytes,
@@ -124,7 +124,7 @@ async def test_ambiguous_framing_is_refused_and_never_forwarded(
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 async def test_body_that_stops_midway_is_never_forwarded(
     recording_upstream: RecordingUpstream,
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     caplog: pytest.LogCaptureFixture,
     framing: str,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 import aiohttp
 import pytest
@@ -12,7 +12,8 @@ import pytest
 from proxy.gate import Policy, Verdict, inspect
 from proxy.items import Item
 from tests.builders import JSON_HEADERS, SALES_TOOL, USER, MiB, sales_call, sales_output
-from tests.conftest import RecordingUpstream
+from tests.fixture_types import ProxyFactory
+from tests.servers.recording import RecordingUpstream
 
 NOTE = {"type": "function", "name": "note", "parameters": {"type": "object"}}
 
@@ -46,7 +47,7 @@ def many_items(pairs: int, *, last_arguments: str = "{}") -> list[Item]:
 )
 async def test_ten_thousand_items_are_gated(
     recording_upstream: RecordingUpstream,
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     action: str,
     last_arguments: str,
@@ -76,7 +77,7 @@ async def test_ten_thousand_items_are_gated(
 
 async def test_a_clean_body_over_a_mebibyte_is_forwarded(
     recording_upstream: RecordingUpstream,
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
 ) -> None:
     base = await start_proxy(recording_upstream.url)

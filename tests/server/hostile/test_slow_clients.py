@@ -11,8 +11,9 @@ import aiohttp
 import pytest
 
 from tests.builders import CLEAN, DEADLINE_S, HANG_GUARD_S, JSON_HEADERS
-from tests.conftest import RecordingUpstream
-from tests.server.checks import ProxyStarter, fds_after, open_fds, served_clean
+from tests.fixture_types import ProxyFactory
+from tests.server.checks import fds_after, open_fds, served_clean
+from tests.servers.recording import RecordingUpstream
 from tests.servers.wire import close, connect, read_answer, read_to_eof, request_head
 
 
@@ -47,7 +48,7 @@ PACES = [pytest.param(None, id="stalls"), pytest.param(0.02, id="trickles")]
 @pytest.mark.parametrize("pace_s", PACES)
 async def test_slow_head_is_cut_off_and_holds_up_no_one(
     recording_upstream: RecordingUpstream,
-    tight_proxy: ProxyStarter,
+    tight_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     pace_s: float | None,
 ) -> None:
@@ -88,7 +89,7 @@ async def test_slow_head_is_cut_off_and_holds_up_no_one(
 )
 async def test_slow_body_is_answered_408_and_holds_up_no_one(
     recording_upstream: RecordingUpstream,
-    tight_proxy: ProxyStarter,
+    tight_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     pace_s: float | None,
     target: str,
@@ -119,7 +120,7 @@ async def test_slow_body_is_answered_408_and_holds_up_no_one(
 
 async def test_a_body_read_in_time_may_take_longer_upstream(
     recording_upstream: RecordingUpstream,
-    tight_proxy: ProxyStarter,
+    tight_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
 ) -> None:
     # The body deadline ends with the body: the upstream may take longer than it to answer.

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from tests.builders import CLEAN, DEADLINE_S, HANG_GUARD_S, JSON_HEADERS
+from tests.fixture_types import ProxyFactory
 from tests.server.checks import eventually, fds_after, open_fds
 from tests.servers.wire import (
     OK_BODY,
@@ -139,7 +140,7 @@ FAULTS = [
 @pytest.mark.parametrize(("first", "expected"), FAULTS)
 async def test_upstream_fault_gets_its_answer_and_leaks_nothing(
     raw_upstream: Callable[[Behaviour], Awaitable[RawUpstream]],
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     first: Behaviour,
     expected: Refused | Cut | Whole,
@@ -173,7 +174,7 @@ async def test_upstream_fault_gets_its_answer_and_leaks_nothing(
 
 async def test_client_leaving_mid_upload_aborts_the_upstream_request(
     raw_upstream: Callable[[Behaviour], Awaitable[RawUpstream]],
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
 ) -> None:
     # A pass-through body streams upstream as it arrives: the upstream has the head already.
@@ -198,7 +199,7 @@ async def test_client_leaving_mid_upload_aborts_the_upstream_request(
 
 async def test_client_leaving_mid_stream_releases_the_upstream(
     raw_upstream: Callable[[Behaviour], Awaitable[RawUpstream]],
-    start_proxy: Callable[..., Awaitable[str]],
+    start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
 ) -> None:
     upstream = await raw_upstream(stream_until_gone)

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from tests.conftest import ProxyFactory
+from tests.fixture_types import ProxyFactory
 from tests.server.upstream_hop.exchanges import POLL_S, Wire, post
 from tests.servers.wire import (
     GUARD_S,

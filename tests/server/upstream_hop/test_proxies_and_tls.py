@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import ProxyFactory
+from tests.fixture_types import ProxyFactory
 from tests.server.upstream_hop.exchanges import CLEAN, Wire, post, tls_pair
 from tests.servers.wire import (
     ForwardProxy,

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import ProxyFactory
+from tests.fixture_types import ProxyFactory
 from tests.server.upstream_hop.exchanges import CLEAN, Wire, post, tls_pair
 from tests.servers.wire import (
     answer,
