@@ -1,6 +1,7 @@
-"""Raw-socket doubles on 127.0.0.1: an upstream that answers from a script of exact bytes, and a
-forward proxy (absolute-form requests and CONNECT tunnels), for the bytes a real server would
-not produce."""
+"""Raw-socket doubles on 127.0.0.1, for the bytes a real client or server would not produce:
+upstreams that answer from a script of exact bytes or with a behaviour per connection, a
+forward proxy (absolute-form requests and CONNECT tunnels), and a client that writes and reads
+HTTP/1.1 by hand."""
 
 from __future__ import annotations
 
