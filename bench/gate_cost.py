@@ -19,9 +19,10 @@ from host import Others, describe, wait_for_quiet
 from report import median, table, write_section
 from workload import GATE_CONFIG, Body, bodies, encode, iter_pairs, request_body
 
-from proxy.body import loads as strict_loads
-from proxy.config import parse_config
-from proxy.gate import Policy, Verdict, inspect
+from proxy.admission.body import loads as strict_loads
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
+from proxy.running.config_file import parse_config
 
 SESSION_TURNS = 200
 CHECKPOINTS = (1, 50, 100, 150, 200)
@@ -220,7 +221,8 @@ def main() -> int:
             ),
             "",
             (
-                "Per request, µs. *strict parse* is `proxy.body.loads`, the proxy's own reader "
+                "Per request, µs. *strict parse* is `proxy.admission.body.loads`, the proxy's own "
+                "reader "
                 "(jiter refusing duplicate keys, then a walk for numbers that overflowed); "
                 "*cold* is a fresh `Policy` per request (pinned `get_latest_sales_report` "
                 "compiled at proxy start, outside the timer; inside: compiling the request's "

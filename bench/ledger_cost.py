@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.ledger import Ledger, Store
-from proxy.stores import MemoryStore, RedisStore
+from proxy.state.ledger import Ledger, Store
+from proxy.state.stores import MemoryStore, RedisStore
 
 SAMPLES = 2000
 

@@ -2,7 +2,7 @@
 
 `python bench/passthrough.py --upstream URL --port P [--uvloop]`. What any aiohttp proxy pays
 before it does anything with a request: the floor replay-proxy's forwarding is compared with.
-Its client session is the one replay-proxy makes for its upstream (`proxy.upstream.Upstream`,
+Its client session is the one replay-proxy makes for its upstream (`proxy.server.upstream.Upstream`,
 default settings), so that the two differ only in what the proxy does with a request.
 """
 
@@ -17,8 +17,8 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy.config import Upstream as UpstreamSettings
-from proxy.upstream import Upstream
+from proxy.server.upstream import Upstream
+from proxy.settings import Upstream as UpstreamSettings
 
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 BASE = web.AppKey("base", str)

@@ -1,7 +1,7 @@
 """What bounds schema work: regress against translated `regex` patterns, and compile times.
 
 Run from the repository root: `python bench/schemas.py`. Every loop is bounded in count and
-in time; nothing here is asserted, it is read (the numbers behind proxy/patterns.py and the
+in time; nothing here is asserted, it is read (the numbers behind proxy/gate/patterns.py and the
 defaults of gate.schema_limits).
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import regress
 from jsonschema.exceptions import SchemaError
 
-from proxy.patterns import compile_pattern
-from proxy.schemas import SchemaLimits, compile_schema
+from proxy.gate.patterns import compile_pattern
+from proxy.gate.schemas import SchemaLimits, compile_schema
 
 # One regress match longer than this ends its row: the next length would take twice as long.
 STOP_S = 1.0

@@ -13,7 +13,7 @@ from typing import Any
 import brotli
 from yarl import URL
 
-from proxy.gate import Verdict
+from proxy.gate.verdict import Verdict
 
 # Generous bounds that only stop a hang; nothing asserts how long anything took.
 HANG_GUARD_S = 10

@@ -11,8 +11,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from openai import AsyncOpenAI
 
-from proxy.app import make_app
-from proxy.config import Config, parse_config
+from proxy.config import Config
+from proxy.running.config_file import parse_config
+from proxy.server.app import make_app
 from tests.fixture_types import Clients, ProxyFactory
 from tests.servers.recording import RecordingUpstream
 from tests.servers.redis_server import RedisServer

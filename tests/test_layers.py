@@ -31,19 +31,21 @@ def loaded(module: str) -> set[str]:
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        pytest.param("proxy.errors", [*HTTP_STACK, "jsonschema", "yaml", "regex"], id="errors"),
-        pytest.param("proxy.strictjson", [*HTTP_STACK, "jsonschema", "yaml"], id="strictjson"),
-        pytest.param("proxy.items", [*HTTP_STACK, "jsonschema", "yaml"], id="items"),
-        pytest.param("proxy.routes", [*HTTP_STACK, "jsonschema", "yaml"], id="routes"),
-        pytest.param("proxy.budget", [*HTTP_STACK, "yaml"], id="budget"),
-        pytest.param("proxy.schemas", [*HTTP_STACK, "yaml"], id="schemas"),
-        pytest.param("proxy.gate", [*HTTP_STACK, "yaml"], id="gate"),
-        pytest.param("proxy.check", [*HTTP_STACK, "yaml"], id="check"),
+        pytest.param(
+            "proxy.gate.errors", [*HTTP_STACK, "jsonschema", "yaml", "regex"], id="errors"
+        ),
+        pytest.param("proxy.gate.strictjson", [*HTTP_STACK, "jsonschema", "yaml"], id="strictjson"),
+        pytest.param("proxy.gate.items", [*HTTP_STACK, "jsonschema", "yaml"], id="items"),
+        pytest.param("proxy.admission.targets", [*HTTP_STACK, "jsonschema", "yaml"], id="routes"),
+        pytest.param("proxy.gate.budget", [*HTTP_STACK, "yaml"], id="budget"),
+        pytest.param("proxy.gate.schemas", [*HTTP_STACK, "yaml"], id="schemas"),
+        pytest.param("proxy.gate.verdict", [*HTTP_STACK, "yaml"], id="gate"),
+        pytest.param("proxy.running.check", [*HTTP_STACK, "yaml"], id="check"),
         pytest.param("proxy.config", HTTP_STACK, id="config"),
         # The pipeline every front calls: a third front must not need the first two's stack.
-        pytest.param("proxy.admission", HTTP_STACK, id="admission"),
+        pytest.param("proxy.admission.pipeline", HTTP_STACK, id="admission"),
         # `replay-proxy check` must not pay for the server it does not run.
-        pytest.param("proxy.cli", HTTP_STACK, id="cli"),
+        pytest.param("proxy.running.cli", HTTP_STACK, id="cli"),
     ],
 )
 def test_pure_layer_does_not_load(module: str, forbidden: list[str]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import brotli
 import pytest
 
-from proxy.body import (
+from proxy.admission.body import (
     BodyError,
     check_content_type,
     codings,

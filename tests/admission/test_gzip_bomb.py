@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from proxy import body
+from proxy.admission import body
 from tests.builders import BOMB, MiB, crc32_of_zeros, gzip_of_zeros
 
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from proxy import admission
-from proxy.audit import AuditLog
-from proxy.config import parse_config
-from proxy.ledger import Ledger
-from proxy.metrics import Metrics
-from proxy.stores import MemoryStore
+from proxy.admission import pipeline
+from proxy.running.config_file import parse_config
+from proxy.state.audit import AuditLog
+from proxy.state.ledger import Ledger
+from proxy.state.metrics import Metrics
+from proxy.state.stores import MemoryStore
 from tests.builders import SALES_TOOL, USER, audit_records, sales_call, sales_output
 
 JSON = "application/json"
@@ -68,7 +68,7 @@ class Case:
     counted: tuple[str, str] | None = None
     audited: str | None = None  # the audit record's action, if one is written
     path: str = "/v1/responses"
-    transport: admission.Transport = "http"
+    transport: pipeline.Transport = "http"
     content_type: str | None = JSON
     content_encoding: str = ""
     gate: dict[str, Any] = field(default_factory=dict)
@@ -268,7 +268,7 @@ async def test_admission(books: Books, case: Case) -> None:
     config = parse_config({"gate": case.gate, "limits": {"max_body_bytes": 65_536}})
     if case.recorded_for is not None:
         await books.ledger.record(case.recorded_for, RECORDED)
-    request = admission.Request(
+    request = pipeline.Request(
         case.raw,
         case.path,
         case.transport,
@@ -278,12 +278,12 @@ async def test_admission(books: Books, case: Case) -> None:
         case.content_encoding,
     )
 
-    decided = await admission.admit(
+    decided = await pipeline.admit(
         request, config, ledger=books.ledger, audit_log=books.audit_log, metrics=books.metrics
     )
 
     if case.status is not None:
-        assert isinstance(decided, admission.Answer)
+        assert isinstance(decided, pipeline.Answer)
         error = decided.body["error"]
         assert (decided.status, error["code"]) == (case.status, case.code)
         assert error["type"] == "invalid_request_error"
@@ -293,7 +293,7 @@ async def test_admission(books: Books, case: Case) -> None:
             assert error["findings"]
             assert dict(decided.headers) == {"x-should-retry": "false"}
     else:
-        assert isinstance(decided, admission.Forward)
+        assert isinstance(decided, pipeline.Forward)
         assert (decided.data, decided.outcome) == (case.data, case.outcome)
         assert dict(decided.add_headers) == case.added
         assert decided.drop_headers == {"content-encoding"}
@@ -319,4 +319,4 @@ def test_a_request_admission_cannot_route_is_refused_when_made(
     path: str, transport: Any, problem: str
 ) -> None:
     with pytest.raises(ValueError, match=problem):
-        admission.Request(CLEAN, path, transport, "req_1")
+        pipeline.Request(CLEAN, path, transport, "req_1")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.routes import (
+from proxy.admission.targets import (
     GATED,
     Target,
     TargetError,

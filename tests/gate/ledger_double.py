@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy import items
-from proxy.items import Item
+from proxy.gate import items
+from proxy.gate.items import Item
 
 
 class Ledger:

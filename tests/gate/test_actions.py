@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from proxy import items
-from proxy.gate import Policy, inspect
+from proxy.gate import items
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
 from tests.builders import GLOBAL, call, message, output, ref, request
 from tests.gate.ledger_double import Ledger
 

@@ -10,8 +10,9 @@ import pytest
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
-from proxy.gate import Policy, inspect
-from proxy.schemas import Compiled, SchemaCache, SchemaLimits
+from proxy.gate.policy import Policy
+from proxy.gate.schemas import Compiled, SchemaCache, SchemaLimits
+from proxy.gate.verdict import inspect
 from tests.builders import APAC, GLOBAL, TOOLS, call, message, only, output, request, tool
 from tests.builders import SALES_SCHEMA as SALES
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy, inspect
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
 from tests.builders import call, message, output, request
 from tests.gate.ledger_double import Ledger
 

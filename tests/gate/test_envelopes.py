@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy, Verdict, inspect
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
 from tests.builders import GLOBAL, call, message, only, output, request
 
 # Request-level: Chat Completions envelopes inside `input`.

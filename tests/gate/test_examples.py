@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy, inspect
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
 from tests.builders import ARTICLE_TOOLS as TOOLS
 from tests.builders import WEB_SEARCH, article_output
 

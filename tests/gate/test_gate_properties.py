@@ -9,10 +9,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy import items
-from proxy.gate import ACTIONS, ALL_REASONS, Policy, Verdict, inspect
-from proxy.items import Item
-from proxy.schemas import SchemaCache
+from proxy.gate import items
+from proxy.gate.items import Item
+from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
+from proxy.gate.schemas import SchemaCache
+from proxy.gate.verdict import Verdict, inspect
 
 SETTINGS = settings(
     max_examples=200,

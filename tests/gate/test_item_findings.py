@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy, inspect, rejection
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect, rejection
 from tests.builders import GLOBAL, call, message, only, output, ref, request, typeless, without
 from tests.gate.ledger_double import Ledger
 

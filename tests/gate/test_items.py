@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy import items
+from proxy.gate import items
 
 # (item, its readings, its kind)
 READINGS = [

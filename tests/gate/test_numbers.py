@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from proxy import strictjson
-from proxy.budget import is_multiple
-from proxy.gate import Policy, Verdict, inspect
+from proxy.gate import strictjson
+from proxy.gate.budget import is_multiple
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
 
 DRAFT4 = "http://json-schema.org/draft-04/schema#"
 

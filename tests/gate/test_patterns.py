@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, parse_config
-from proxy.gate import Policy, Verdict, inspect
-from proxy.patterns import MAX_UNROLLED, PatternError, compile_pattern
+from proxy.gate.patterns import MAX_UNROLLED, PatternError, compile_pattern
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
+from proxy.running.config_file import parse_config
+from proxy.settings import ConfigError
 
 # (pattern, string, whether ECMA-262 with the `u` flag finds a match)
 MEANING = [

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy
+from proxy.gate.policy import Policy
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from proxy import items
-from proxy.gate import Policy, Verdict, inspect
+from proxy.gate import items
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
 from tests.builders import APAC, GLOBAL, call, message, only, output, ref, request, without
 from tests.gate.ledger_double import Ledger
 

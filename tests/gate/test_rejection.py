@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy, inspect, rejection
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect, rejection
 from tests.builders import GLOBAL, call, message, output, request
 
 

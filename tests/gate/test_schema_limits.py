@@ -11,8 +11,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.gate import Policy, Verdict, inspect
-from proxy.schemas import SchemaLimits
+from proxy.gate.policy import Policy
+from proxy.gate.schemas import SchemaLimits
+from proxy.gate.verdict import Verdict, inspect
 from tests.builders import JSON_HEADERS, SALES_TOOL, sales_call, sales_output
 from tests.fixture_types import ProxyFactory
 from tests.servers.recording import RecordingUpstream

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy import strictjson
+from proxy.gate import strictjson
 
 ACCEPTED = [
     pytest.param('{"region":"apac"}', {"region": "apac"}, id="object"),

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy, Verdict, inspect
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
 from tests.builders import APAC, DRAFT_07, GLOBAL, call, only, output, request, tool
 from tests.builders import SALES_SCHEMA as SALES
 

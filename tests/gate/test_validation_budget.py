@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from proxy.gate import Policy, Verdict, inspect
-from proxy.items import Item
+from proxy.gate.items import Item
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
 from tests.builders import BUDGET_S, EVIL, USER, replay
 
 TIMEOUTS = ("pattern_timeout", "validation_timeout")

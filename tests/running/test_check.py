@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from proxy.check import DocumentError, iter_documents
+from proxy.running.check import DocumentError, iter_documents
 from tests.builders import ARTICLE_TOOLS as TOOLS
 from tests.builders import SALES_SCHEMA as SALES
 from tests.builders import WEB_SEARCH, article_output

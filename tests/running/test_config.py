@@ -10,18 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config import (
-    Audit,
-    Config,
-    ConfigError,
-    Ledger,
-    Limits,
-    Listen,
-    Upstream,
-    load_config,
-    parse_config,
-)
-from proxy.gate import Policy, inspect
+from proxy.config import Config
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
+from proxy.running.config_file import load_config, parse_config
+from proxy.settings import Audit, ConfigError, Ledger, Limits, Listen, Upstream
 from tests.builders import SALES_SCHEMA as SALES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -352,7 +345,7 @@ def test_redis_backend_without_the_client_names_the_fix(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("upstream: {url: http://127.0.0.1:9}\nledger: {backend: redis}\n")
     hide_redis = (
-        "import sys; sys.modules['redis'] = None; from proxy.cli import main; "
+        "import sys; sys.modules['redis'] = None; from proxy.running.cli import main; "
         f"sys.exit(main(['serve', '--config', {str(config)!r}]))"
     )
     done = subprocess.run(

@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from openai import AsyncOpenAI
 
-from proxy.boundary import Live
-from proxy.config import parse_config
-from proxy.workers import free_port
+from proxy.running.config_file import parse_config
+from proxy.running.workers import free_port
+from proxy.server.in_force import InForceHolder
 from tests.builders import SALES_TOOL, sales_call, sales_output
 from tests.servers.recording import Received, RecordingUpstream
 from tests.servers.redis_server import RedisServer
@@ -284,7 +284,11 @@ def test_large_buffers_are_given_back_to_the_system() -> None:
     """The serving process fixes glibc's mmap threshold (see `return_large_buffers`); mallopt
     says whether it took the setting."""
     done = subprocess.run(
-        [sys.executable, "-c", "from proxy.app import return_large_buffers as r; print(r())"],
+        [
+            sys.executable,
+            "-c",
+            "from proxy.running.serving import return_large_buffers as r; print(r())",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -296,7 +300,7 @@ def test_large_buffers_are_given_back_to_the_system() -> None:
 async def test_a_replaced_upstream_closes_after_its_last_request() -> None:
     """A reload that names another upstream leaves requests in flight their pool, and closes
     it when the last of them is done: reloads do not pile up open pools."""
-    live = Live()
+    live = InForceHolder()
     await live.start(parse_config({"upstream": {"url": "http://127.0.0.1:9"}}))
     first = live.current.upstream
     first.acquire()  # a request in flight, as `proxy()` does when it reads the config

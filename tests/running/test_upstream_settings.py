@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import trustme
 
-from proxy.config import ConfigError, Upstream, parse_config, proxy_for
-from proxy.upstream import Upstream as Hop
+from proxy.config import proxy_for
+from proxy.running.config_file import parse_config
+from proxy.server.upstream import Upstream as Hop
+from proxy.settings import ConfigError, Upstream
 
 
 def pem_files(directory: Path) -> None:

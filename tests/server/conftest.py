@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.app import make_app
-from proxy.config import parse_config
+from proxy.running.config_file import parse_config
+from proxy.server.app import make_app
 from tests.fixture_types import ProxyFactory
 
 
@@ -22,7 +22,7 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
 
 @pytest.fixture
 async def serve_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
-    """Like `start_proxy`, but run the way `proxy.app.serve` runs it: an `AppRunner` with
+    """Like `start_proxy`, but run the way `proxy.running.serving.serve` runs it: an `AppRunner` with
     aiohttp's defaults, where a handler is not cancelled when its client goes away (the
     `TestServer` behind `start_proxy` cancels it, which would hide the proxy's own handling)."""
     runners: list[web.AppRunner] = []

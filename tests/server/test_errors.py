@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy import audit
-from proxy.audit import AuditLog
-from proxy.stores import MemoryStore
+from proxy.state import audit
+from proxy.state.audit import AuditLog
+from proxy.state.stores import MemoryStore
 from tests.builders import SALES_TOOL, USER, sales_call, sales_output
 from tests.fixture_types import ProxyFactory
 from tests.servers.recording import RecordingUpstream

@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from proxy.workers import free_port
+from proxy.running.workers import free_port
 from tests.builders import (
     HANG_GUARD_S,
     JSON_HEADERS,

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.workers import free_port
+from proxy.running.workers import free_port
 from tests.builders import HANG_GUARD_S, at, clean_body
 from tests.fixture_types import ProxyFactory
 from tests.server.checks import metric, scrape

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.workers import free_port
+from proxy.running.workers import free_port
 
 
 class RedisServer:

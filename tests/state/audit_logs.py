@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from proxy.audit import GENESIS, AuditLog, Request, line_hash
-from proxy.gate import Policy, Verdict, inspect
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
+from proxy.state.audit import GENESIS, AuditLog, Request, line_hash
 
 ORPHAN_BODY: dict[str, Any] = {
     "model": "m",

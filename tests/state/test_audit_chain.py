@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from proxy.audit import GENESIS, AuditLog, Request, line_hash
-from proxy.gate import Policy, inspect
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
+from proxy.state.audit import GENESIS, AuditLog, Request, line_hash
 from tests.builders import AUDIT_FIELDS
 from tests.state.audit_logs import (
     ORPHAN,

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from proxy.audit import line_hash
+from proxy.state.audit import line_hash
 from tests.state.audit_logs import assert_chain, fresh_log, replay_proxy
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.audit import line_hash
+from proxy.state.audit import line_hash
 from tests.state.audit_logs import fresh_log, replay_proxy
 
 Lines = list[bytes]

@@ -16,8 +16,9 @@ from tests.state.audit_logs import assert_chain, replay_proxy
 WRITER = """
 import os, sys, time
 from pathlib import Path
-from proxy.audit import AuditLog, Request
-from proxy.gate import Policy, inspect
+from proxy.state.audit import AuditLog, Request
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
 
 path, ready, go, tag, n, max_bytes = sys.argv[1:]
 body = {"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}

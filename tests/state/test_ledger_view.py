@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.ledger import Ledger, LedgerFault, LedgerView, Recording, same_arguments
-from proxy.stores import MemoryStore
+from proxy.state.ledger import Ledger, LedgerFault, LedgerView, Recording, same_arguments
+from proxy.state.stores import MemoryStore
 from tests.builders import APAC, sales_call, sales_output
 
 SAME_ARGUMENTS = [

@@ -14,7 +14,7 @@ import brotli
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from proxy import body
+from proxy.admission import body
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 FUZZ = settings(

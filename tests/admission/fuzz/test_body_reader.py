@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import given
 
-from proxy import body
+from proxy.admission import body
 from tests.admission.fuzz.bodies import FUZZ, LIMITS, read, wire
 
 

@@ -16,8 +16,9 @@ import referencing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import body
-from proxy.gate import Policy, inspect
+from proxy.admission import body
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
 from tests.admission.fuzz.bodies import FUZZ, mostly, read, wire
 
 

@@ -10,9 +10,11 @@ import aiohttp
 import jsonschema
 import pytest
 
-from proxy import strictjson
-from proxy.config import ConfigError, parse_config
-from proxy.gate import Policy, Verdict, inspect
+from proxy.gate import strictjson
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
+from proxy.running.config_file import parse_config
+from proxy.settings import ConfigError
 from tests.builders import BOMB, BOMB_HEADERS, EVIL, JSON_HEADERS, fails, replay
 from tests.fixture_types import ProxyFactory
 from tests.server.checks import served_clean

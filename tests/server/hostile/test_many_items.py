@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import aiohttp
 import pytest
 
-from proxy.gate import Policy, Verdict, inspect
-from proxy.items import Item
+from proxy.gate.items import Item
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Verdict, inspect
 from tests.builders import JSON_HEADERS, SALES_TOOL, USER, MiB, sales_call, sales_output
 from tests.fixture_types import ProxyFactory
 from tests.servers.recording import RecordingUpstream

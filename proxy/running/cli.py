@@ -13,10 +13,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from proxy.audit import GENESIS, verify
-from proxy.check import DocumentError, iter_documents, report_json, report_lines
-from proxy.config import Config, ConfigError, load_config
-from proxy.gate import inspect
+from proxy.config import Config
+from proxy.gate.verdict import inspect
+from proxy.running.check import DocumentError, iter_documents, report_json, report_lines
+from proxy.running.config_file import load_config
+from proxy.settings import ConfigError
+from proxy.state.audit import GENESIS, verify
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,8 +82,8 @@ def serve_config(args: argparse.Namespace) -> Config:
 
 def run_serve(config: Config, args: argparse.Namespace) -> int:
     # Imported here so that `check` never loads the HTTP stack.
-    from proxy.app import serve
-    from proxy.workers import free_port, supervise
+    from proxy.running.serving import serve
+    from proxy.running.workers import free_port, supervise
 
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy import items
-from proxy.items import Item
+from proxy.gate import items
+from proxy.gate.items import Item
 
 log = logging.getLogger("replay_proxy")
 

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import logging
 import os
-import signal
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
 import orjson
 from aiohttp import web
@@ -17,29 +14,20 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
-from proxy import admission, body, routes
-from proxy.audit import AuditLog
-from proxy.boundary import (
-    AUDIT,
-    LEDGER,
-    LIVE,
-    METRICS,
-    REQUEST_ID,
-    Current,
-    Live,
-    new_request_id,
-    tenant_of,
-    upstream_failure,
-    upstream_headers,
-)
+from proxy.admission import body, pipeline, targets
+from proxy.admission.tap import Recording
 from proxy.config import Config
-from proxy.errors import ProxyError, internal_error
-from proxy.ledger import Ledger
-from proxy.metrics import CONTENT_TYPE, Metrics
-from proxy.stores import open_store
-from proxy.tap import Recording, readable_accept_encoding
-from proxy.upstream import UpstreamError, body_headers_named, not_utf8
-from proxy.websocket import is_websocket, relay_websocket, relay_websocket_ungated
+from proxy.gate.errors import ProxyError, internal_error
+from proxy.server.clients import tenant_of
+from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
+from proxy.server.in_force import InForce, InForceHolder
+from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
+from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
+from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
+from proxy.state.audit import AuditLog
+from proxy.state.ledger import Ledger
+from proxy.state.metrics import CONTENT_TYPE, Metrics
+from proxy.state.stores import open_store
 
 log = logging.getLogger("replay_proxy")
 
@@ -69,7 +57,7 @@ class _ClientFaults(logging.Filter):
 
 _CLIENT_FAULTS = _ClientFaults()
 # The request target as the proxy read it, for every handler.
-TARGET = web.RequestKey("target", routes.Target)
+TARGET = web.RequestKey("target", targets.Target)
 # The answer a request has begun to send (it is being prepared, its head on its way).
 _BEGUN = web.RequestKey("answer_begun", web.StreamResponse)
 
@@ -79,8 +67,8 @@ async def check_target(request: web.Request, handler: Handler) -> web.StreamResp
     """A request target that is not valid origin-form or absolute-form is refused (400) here,
     whatever the path and method, before any handler (an admin one too) runs."""
     try:
-        request[TARGET] = routes.read_target(request.raw_path)
-    except routes.TargetError as exc:
+        request[TARGET] = targets.read_target(request.raw_path)
+    except targets.TargetError as exc:
         request.app[METRICS].requests.labels("any", "invalid_target").inc()
         raise ProxyError(400, "invalid_request_target", str(exc)) from None
     return await handler(request)
@@ -111,13 +99,13 @@ async def answer_failures(request: web.Request, handler: Handler) -> web.StreamR
             if request.transport is not None:
                 request.transport.close()
             return begun
-    response = answer(admission.answer_to(failure))
+    response = answer(pipeline.answer_to(failure))
     if failure.close:
         response.force_close()
     return response
 
 
-def answer(decided: admission.Answer) -> web.Response:
+def answer(decided: pipeline.Answer) -> web.Response:
     """The HTTP answer to a request admission, or a failure, answers here."""
     return web.Response(
         status=decided.status,
@@ -161,17 +149,19 @@ def make_app(config: Config) -> web.Application:
         },
     )
     app.on_response_prepare.append(_name_the_request)
-    app[LIVE] = Live()
+    app[IN_FORCE] = InForceHolder()
     app[METRICS] = Metrics()
     logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
 
-    async def live_ctx(app: web.Application) -> AsyncIterator[None]:
-        await app[LIVE].start(config)
-        app[METRICS].verdict_cache.set_function(lambda: len(app[LIVE].current.config.gate.verdicts))
+    async def in_force_ctx(app: web.Application) -> AsyncIterator[None]:
+        await app[IN_FORCE].start(config)
+        app[METRICS].verdict_cache.set_function(
+            lambda: len(app[IN_FORCE].current.config.gate.verdicts)
+        )
         yield
-        await app[LIVE].close()
+        await app[IN_FORCE].close()
 
-    app.cleanup_ctx.append(live_ctx)
+    app.cleanup_ctx.append(in_force_ctx)
     app.cleanup_ctx.append(_audit_ctx)
     app.cleanup_ctx.append(_ledger_ctx)
     app.router.add_get("/-/healthy", healthy)
@@ -181,7 +171,7 @@ def make_app(config: Config) -> web.Application:
 
 
 async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings = app[LIVE].current.config.audit
+    settings = app[IN_FORCE].current.config.audit
     app[AUDIT] = AuditLog(
         settings.path, include_arguments=settings.include_arguments, max_bytes=settings.max_bytes
     )
@@ -190,7 +180,7 @@ async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _ledger_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings = app[LIVE].current.config.ledger
+    settings = app[IN_FORCE].current.config.ledger
     metrics = app[METRICS]
     store = open_store(settings)
     app[LEDGER] = Ledger(
@@ -228,7 +218,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         # It could not go upstream as it came (see not_utf8): refused rather than changed.
         request.app[METRICS].requests.labels("any", "invalid").inc()
         raise ProxyError(400, "invalid_header", f"the value of {unreadable} is not UTF-8 text")
-    current = request.app[LIVE].current
+    current = request.app[IN_FORCE].current
     current.upstream.acquire()
     try:
         return await _proxy(request, current)
@@ -236,7 +226,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         await current.upstream.release()
 
 
-async def _proxy(request: web.Request, current: Current) -> web.StreamResponse:
+async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
     target = request[TARGET]
     if target.own:
         request.app[METRICS].requests.labels("any", "not_found").inc()
@@ -261,7 +251,7 @@ async def _proxy(request: web.Request, current: Current) -> web.StreamResponse:
 
 async def relay(
     request: web.Request,
-    current: Current,
+    current: InForce,
     route: str,
     target: str,
     data: bytes | AsyncIterable[bytes] | None,
@@ -293,12 +283,12 @@ async def relay(
 
 
 async def gate(
-    request: web.Request, current: Current, tenant: str | None, path: str, query: str
+    request: web.Request, current: InForce, tenant: str | None, path: str, query: str
 ) -> web.StreamResponse:
     """Read a request body and run it through admission: answer it here, or forward it."""
     app = request.app
     config = current.config
-    route = routes.GATED[path]
+    route = targets.GATED[path]
     headers = request.headers
     content_type = ", ".join(headers.getall("Content-Type", ()))
     started = time.perf_counter()
@@ -315,8 +305,8 @@ async def gate(
         message = f"the body did not arrive within {timeout_s:g} s"
         raise ProxyError(408, "body_timeout", message, close=True) from None
     request_id = request[REQUEST_ID]
-    decided = await admission.admit(
-        admission.Request(
+    decided = await pipeline.admit(
+        pipeline.Request(
             raw,
             path,
             "http",
@@ -331,7 +321,7 @@ async def gate(
         audit_log=app[AUDIT],
         metrics=app[METRICS],
     )
-    if isinstance(decided, admission.Answer):
+    if isinstance(decided, pipeline.Answer):
         return answer(decided)
     recording = None
     upstream = upstream_headers(headers, config, decided.drop_headers)
@@ -377,75 +367,3 @@ async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:
 
 def _too_large(limit: int) -> body.BodyError:
     return body.BodyError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
-
-
-async def serve(
-    config: Config,
-    *,
-    reuse_port: bool = False,
-    reload: Callable[[], Config] | None = None,
-) -> None:
-    """Serve until SIGTERM or SIGINT, then stop accepting and let requests in flight finish.
-
-    SIGHUP calls `reload` for a new config and puts it in force for new requests.
-    """
-    grace_s = config.listen.shutdown_grace_s
-    return_large_buffers()
-    app = make_app(config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=grace_s)
-    await runner.setup()
-    reloads: set[asyncio.Task[bool]] = set()
-    try:
-        site = web.TCPSite(runner, config.listen.host, config.listen.port, reuse_port=reuse_port)
-        await site.start()
-        port = _bound_port(runner)
-        log.info(
-            "listening on http://%s:%d, upstream %s", config.listen.host, port, config.upstream.url
-        )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        if reload is not None:
-            load = reload
-
-            def on_hangup() -> None:
-                task = asyncio.create_task(app[LIVE].reload(load))
-                reloads.add(task)
-                task.add_done_callback(reloads.discard)
-
-            loop.add_signal_handler(signal.SIGHUP, on_hangup)
-        await stop.wait()
-        log.info("stopping: no new connections, %.0f s for requests in flight", grace_s)
-    finally:
-        await asyncio.gather(*reloads, return_exceptions=True)
-        await runner.cleanup()
-
-
-# glibc's mallopt(M_MMAP_THRESHOLD, ...): a fixed threshold, which also ends its adjustment.
-_M_MMAP_THRESHOLD = -3
-_MMAP_FROM = 128 * 1024
-
-
-def return_large_buffers() -> bool:
-    """Allocate buffers of 128 KiB and more (bodies, answers) with mmap, so that freeing one
-    gives its memory back to the system.
-
-    By default glibc raises that threshold each time such a buffer is freed, after which 1 MB
-    bodies come from the heap, where they fragment it and keep the process's RSS high long
-    after the request (on the load benchmark's 1 MB bodies: peak RSS 121 -> 96 MB, and 98 ->
-    59 MB once small requests follow). Elsewhere than glibc this does nothing.
-    """
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM))
-
-
-def _bound_port(runner: web.AppRunner) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple):
-            return int(address[1])
-    raise RuntimeError("the server is not bound to a TCP port")

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from proxy import body
-from proxy.ledger import Ledger
+from proxy.admission import body
+from proxy.state.ledger import Ledger
 
 log = logging.getLogger("replay_proxy")
 
@@ -196,18 +196,3 @@ def _data_of(block: bytes) -> bytes:
         line[5:].removeprefix(b" ") for line in block.splitlines() if line.startswith(b"data:")
     ]
     return b"\n".join(lines)
-
-
-# The content codings the tap can read; an upstream is asked for no other on a recorded route.
-READABLE_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "br", "identity"})
-
-
-def readable_accept_encoding(accept_encoding: str) -> str:
-    """The client's Accept-Encoding without the codings the tap cannot read (`*` included),
-    so that every answer it must record comes in one it can; `identity` if none is left."""
-    kept = [
-        token.strip()
-        for token in accept_encoding.split(",")
-        if token.split(";")[0].strip().lower() in READABLE_CODINGS
-    ]
-    return ", ".join(kept) or "identity"

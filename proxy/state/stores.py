@@ -9,12 +9,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from proxy import config, items
-from proxy.items import Item
-from proxy.ledger import LedgerFault, Recording, Store
+from proxy import settings
+from proxy.gate import items
+from proxy.gate.items import Item
+from proxy.state.ledger import LedgerFault, Recording, Store
 
 
-def open_store(settings: config.Ledger) -> Store:
+def open_store(settings: settings.Ledger) -> Store:
     if settings.backend == "redis":
         return RedisStore(settings.url, ttl_s=settings.ttl_s, timeout_s=settings.timeout_s)
     return MemoryStore(max_responses=settings.max_responses, ttl_s=settings.ttl_s)

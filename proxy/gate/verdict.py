@@ -1,96 +1,33 @@
-"""The replay gate: pair each function_call_output with its call, decide if it may be replayed."""
+"""The replay gate's verdict: may each function_call_output in input be replayed, and why not."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 from jsonschema.exceptions import SchemaError
 
-from proxy import items, strictjson
-from proxy.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
-from proxy.errors import error_document
-from proxy.items import Item
-from proxy.schemas import (
-    LRU,
+from proxy.gate import items
+from proxy.gate.arguments import TIMEOUTS, check_arguments
+from proxy.gate.budget import Allowance
+from proxy.gate.errors import error_document
+from proxy.gate.items import Item
+from proxy.gate.pairing import NOTHING_RECORDED, Recorded
+from proxy.gate.policy import (
+    AMBIGUOUS_ITEM,
+    ENVELOPE,
+    ITEM_REASONS,
+    UNKNOWN_REFERENCE,
+    Action,
+    Outcome,
+    Policy,
+)
+from proxy.gate.schemas import (
     Compiled,
-    SchemaCache,
-    SchemaLimitError,
-    SchemaLimits,
-    UnusableSchema,
     Violation,
-    check_terminates,
-    compile_schema,
 )
-
-Action = Literal["block", "strip", "log"]
-Outcome = Literal["forward", "strip", "block"]
-
-ACTIONS: tuple[Action, ...] = ("block", "strip", "log")
-# Checked in this order; the first that applies wins.
-REASONS = (
-    "orphan",
-    "duplicate_call_id",
-    "provenance",
-    "namespaced",
-    "not_function_call",
-    "status",
-    "arguments_type",
-    "arguments_parse",
-    "unknown_tool",
-    "arguments_schema",
-)
-# Item-level reasons: about one item of `input` itself, found beside any output's reason.
-ENVELOPE = "envelope"
-AMBIGUOUS_ITEM = "ambiguous_item"
-UNKNOWN_REFERENCE = "unknown_reference"
-ITEM_REASONS = (ENVELOPE, AMBIGUOUS_ITEM, UNKNOWN_REFERENCE)
-ALL_REASONS = (*REASONS, *ITEM_REASONS)
-
-
-class Recorded(Protocol):
-    """What the proxy recorded of earlier upstream responses (the ledger), as the gate sees it.
-
-    `trust_unpaired` is true when the previous response a request names could not be read
-    and the config fails open: an output with no pair then passes instead of being an `orphan`.
-    It waives nothing else.
-    """
-
-    trust_unpaired: bool
-
-    def calls(self, call_id: str) -> Sequence[Item]:
-        """Items answering `call_id` in the `previous_response_id` chain of this request."""
-        ...
-
-    def item(self, item_id: str) -> Item | None:
-        """The recorded item an `item_reference` names, if any."""
-        ...
-
-    def emitted_statuses(self, call: Item) -> Sequence[Any]:
-        """The `status` of each call with this call's `call_id`, `name` and `arguments` that an
-        upstream response relayed to this tenant emitted; empty when none did."""
-        ...
-
-
-class NothingRecorded:
-    """No ledger: only inline items pair, and nothing counts as emitted upstream."""
-
-    trust_unpaired = False
-
-    def calls(self, call_id: str) -> Sequence[Item]:
-        return ()
-
-    def item(self, item_id: str) -> Item | None:
-        return None
-
-    def emitted_statuses(self, call: Item) -> Sequence[Any]:
-        return ()
-
-
-NOTHING_RECORDED = NothingRecorded()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,56 +102,6 @@ class Verdict:
             if n
         ]
         return ", ".join(parts) or None
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The gate's settings: actions, pinned schemas (checked and compiled here), and its caches.
-
-    Raises ValueError naming the setting when one is wrong.
-    """
-
-    action: Action = "block"
-    actions: Mapping[str, Action] = field(default_factory=dict)
-    allow_missing_status: bool = False
-    require_provenance: bool = False
-    tools: Mapping[str, Any] = field(default_factory=dict)
-    max_cached_verdicts: int = 65536
-    # The time validating one request's arguments against their schemas may take, all calls
-    # together; a call still unchecked when it is spent fails (`validation_timeout`).
-    validation_timeout_s: float = 1.0
-    # How large a schema may be, pinned or sent; a request's schema over a limit fails its calls.
-    schema_limits: SchemaLimits = field(default_factory=SchemaLimits)
-    schemas: SchemaCache = field(default_factory=SchemaCache, compare=False, repr=False)
-    pinned: Mapping[str, Compiled] = field(init=False, compare=False, repr=False)
-    verdicts: LRU[tuple[tuple[int, ...], str], tuple[str, tuple[Violation, ...]] | str] = field(
-        init=False, compare=False, repr=False
-    )
-
-    def __post_init__(self) -> None:
-        if self.action not in ACTIONS:
-            raise ValueError(f"action: {self.action!r} is not one of {', '.join(ACTIONS)}")
-        for reason, action in self.actions.items():
-            if reason not in ALL_REASONS:
-                raise ValueError(f"actions.{reason}: unknown reason")
-            if action not in ACTIONS:
-                raise ValueError(f"actions.{reason}: {action!r} is not one of {', '.join(ACTIONS)}")
-        if not self.validation_timeout_s > 0:
-            raise ValueError(f"validation_timeout_s: {self.validation_timeout_s!r} is not positive")
-        if isinstance(self.schema_limits, Mapping):
-            object.__setattr__(self, "schema_limits", SchemaLimits(**self.schema_limits))
-        pinned = {}
-        for name, schema in self.tools.items():
-            try:
-                pinned[name] = compile_schema(schema, self.schemas.next_key(), self.schema_limits)
-                check_terminates(pinned[name])
-            except SchemaError as exc:
-                raise ValueError(f"tools.{name}: not a valid JSON Schema: {exc.message}") from None
-        object.__setattr__(self, "pinned", pinned)
-        object.__setattr__(self, "verdicts", LRU(self.max_cached_verdicts))
-
-    def action_for(self, reason: str) -> Action:
-        return self.actions.get(reason, self.action)
 
 
 def inspect(body: Any, policy: Policy, recorded: Recorded = NOTHING_RECORDED) -> Verdict:
@@ -416,9 +303,9 @@ class _Inspection:
         schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
         cached = self.policy.verdicts.get((key, arguments))
         if cached is None:
-            cached = _check_arguments(arguments, schemas, self.allowance)
+            cached = check_arguments(arguments, schemas, self.allowance)
             # A timeout says how busy this request was, not what the arguments are worth.
-            if not (isinstance(cached, tuple) and any(v.reason in _TIMEOUTS for v in cached[1])):
+            if not (isinstance(cached, tuple) and any(v.reason in TIMEOUTS for v in cached[1])):
                 self.policy.verdicts.put((key, arguments), cached)
         if cached == "ok":
             return None
@@ -480,63 +367,6 @@ class _Inspection:
                     removed.update(calls)
                     changed = True
         return [item for i, item in enumerate(self.input) if i not in removed]
-
-
-_TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
-
-
-def _check_arguments(
-    arguments: str, schemas: list[Compiled | SchemaError], allowance: Allowance | None = None
-) -> str | tuple[str, tuple[Violation, ...]]:
-    """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations)."""
-    try:
-        instance = strictjson.loads(arguments, exact=True)
-    except strictjson.StrictJSONError:
-        return "arguments_parse"
-    if not schemas:
-        return "unknown_tool"
-    violations: dict[Violation, None] = {}
-    with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
-        for schema in schemas:
-            if isinstance(schema, UnusableSchema):
-                violations[Violation("", "schema_unusable")] = None
-            elif isinstance(schema, SchemaLimitError):
-                violations[Violation("", "invalid_schema", schema.message)] = None
-            elif isinstance(schema, SchemaError):
-                violations[Violation("", "invalid_schema")] = None
-            else:
-                violations.update(dict.fromkeys(schema.violations(instance, deadline)))
-    if violations:
-        return ("arguments_schema", tuple(violations))
-    return "ok"
-
-
-def pending_schemas(body: Any, policy: Policy) -> list[Any]:
-    """The request schemas `inspect` may compile for this body that are not compiled yet.
-
-    Compiling one can take long (a schema within the limits may hold thousands of
-    subschemas), so the fronts hand these to `compile_schemas` off the event loop first.
-    """
-    if not isinstance(body, dict) or not isinstance(body.get("input"), list):
-        return []
-    called = {i.get("name") for i in body["input"] if isinstance(i, dict)}
-    return [
-        {} if parameters is None else parameters
-        for name, parameters in items.tool_schemas(body.get("tools"))
-        if name in called
-        and name not in policy.pinned
-        and policy.schemas.pending({} if parameters is None else parameters, policy.schema_limits)
-    ]
-
-
-def compile_schemas(schemas: Sequence[Any], policy: Policy) -> None:
-    """Compile `schemas` into the policy's cache (where `inspect` finds them); safe to run in a
-    worker thread. An invalid schema is remembered as such, and found again by `inspect`."""
-    for schema in schemas:
-        try:
-            policy.schemas.compile(schema, policy.schema_limits)
-        except SchemaError:
-            continue
 
 
 def rejection(verdict: Verdict, **extra: Any) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from proxy import items, strictjson
-from proxy.gate import Finding, Verdict
+from proxy.gate import items, strictjson
+from proxy.gate.verdict import Finding, Verdict
 
 
 class DocumentError(ValueError):

@@ -15,20 +15,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from proxy import audit, body, routes
-from proxy.audit import AuditLog
+from proxy.admission import body, targets
 from proxy.config import Config
-from proxy.errors import ProxyError
-from proxy.gate import (
-    NOTHING_RECORDED,
-    Verdict,
-    compile_schemas,
-    inspect,
-    pending_schemas,
-    rejection,
-)
-from proxy.ledger import Ledger
-from proxy.metrics import Metrics
+from proxy.gate.arguments import compile_schemas, pending_schemas
+from proxy.gate.errors import ProxyError
+from proxy.gate.pairing import NOTHING_RECORDED
+from proxy.gate.verdict import Verdict, inspect, rejection
+from proxy.state import audit
+from proxy.state.audit import AuditLog
+from proxy.state.ledger import Ledger
+from proxy.state.metrics import Metrics
 
 Transport = Literal["http", "websocket", "extproc"]
 TRANSPORTS: tuple[Transport, ...] = ("http", "websocket", "extproc")
@@ -46,7 +42,7 @@ class Request:
     """A gated request as its front received it, the body whole."""
 
     raw: bytes  # exactly as received: the audit record's `body_sha256` is of these bytes
-    path: str  # the canonical gated path (a key of `routes.GATED`)
+    path: str  # the canonical gated path (a key of `targets.GATED`)
     transport: Transport
     request_id: str
     tenant: str | None = None
@@ -57,7 +53,7 @@ class Request:
     started: float | None = None
 
     def __post_init__(self) -> None:
-        if self.path not in routes.GATED:
+        if self.path not in targets.GATED:
             raise ValueError(f"path: {self.path!r} is not a gated path")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport: {self.transport!r} is not one of {', '.join(TRANSPORTS)}")
@@ -98,7 +94,7 @@ async def admit(
     the gate refuses is answered 400.
     """
     started = time.perf_counter() if request.started is None else request.started
-    label = "websocket" if request.transport == "websocket" else routes.GATED[request.path]
+    label = "websocket" if request.transport == "websocket" else targets.GATED[request.path]
     limit = config.limits.max_body_bytes
     raw = request.raw
     try:
@@ -110,14 +106,14 @@ async def admit(
     except body.BodyError as exc:
         metrics.requests.labels(label, "invalid").inc()
         return answer_to(exc)
-    verdict = await _judge(request, parsed, config, ledger, audit_log, metrics)
+    verdict = await _inspect(request, parsed, config, ledger, audit_log, metrics)
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
         metrics.requests.labels(label, "block").inc()
         return Answer(400, rejection(verdict, request_id=request.request_id), _NOT_RETRIED)
     header = verdict.header()
     added = MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS
-    record = routes.GATED[request.path] == "responses"
+    record = targets.GATED[request.path] == "responses"
     if verdict.outcome == "strip":
         assert verdict.input is not None
         return Forward(body.stripped(parsed, verdict.input), _DECODED, added, "strip", record)
@@ -126,7 +122,7 @@ async def admit(
     return Forward(decoded, _DECODED, added, "forward", record)
 
 
-async def _judge(
+async def _inspect(
     request: Request,
     parsed: dict[str, Any],
     config: Config,

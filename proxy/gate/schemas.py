@@ -16,9 +16,9 @@ import referencing
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
-from proxy import budget
-from proxy.budget import Budget, OutOfTime
-from proxy.patterns import PatternError, Patterns
+from proxy.gate import budget
+from proxy.gate.budget import Budget, OutOfTime
+from proxy.gate.patterns import PatternError, Patterns
 
 # Values so trivial that every usable schema validates them at once (see `check_terminates`).
 _PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from proxy.gate import Verdict
+from proxy.gate.verdict import Verdict
 
 _OUTCOME_ACTION = {"block": "block", "strip": "strip", "forward": "log"}
 

@@ -12,36 +12,16 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy import admission
-from proxy.boundary import (
-    AUDIT,
-    LEDGER,
-    LIVE,
-    METRICS,
-    REQUEST_ID,
-    Current,
-    new_request_id,
-    upstream_failure,
-    upstream_headers,
-)
-from proxy.errors import ProxyError, internal_error
-from proxy.tap import ResponseTap
-from proxy.upstream import UpstreamError
+from proxy.admission import pipeline
+from proxy.admission.tap import ResponseTap
+from proxy.gate.errors import ProxyError, internal_error
+from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
+from proxy.server.in_force import InForce
+from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
+from proxy.server.upstream import UpstreamError, upstream_failure
 
 log = logging.getLogger("replay_proxy")
 
-# Negotiated per hop by aiohttp on each side; never copied from one hop to the other.
-_WEBSOCKET_OWN = frozenset(
-    {
-        "host",
-        "content-length",
-        "sec-websocket-key",
-        "sec-websocket-version",
-        "sec-websocket-extensions",
-        "sec-websocket-protocol",
-        "sec-websocket-accept",
-    }
-)
 # What a client's upgrade needs (RFC 6455 §4.1); one without it is refused before the upstream
 # is asked.
 _HANDSHAKE = (
@@ -71,7 +51,7 @@ def _sendable(code: int | None) -> int:
 
 
 async def relay_websocket_ungated(
-    request: web.Request, current: Current, target: str
+    request: web.Request, current: InForce, target: str
 ) -> web.StreamResponse:
     """A WebSocket on a path that is not gated: open the same one upstream under `target` (the
     normalised path), then pass frames both ways as they are, and the close code of whichever
@@ -82,7 +62,7 @@ async def relay_websocket_ungated(
     try:
         upstream = await current.upstream.connect_websocket(
             target,
-            upstream_headers(request.headers, current.config, _WEBSOCKET_OWN),
+            upstream_headers(request.headers, current.config, WEBSOCKET_OWN),
             _protocols(request),
             limit,
         )
@@ -132,7 +112,7 @@ async def _pass_frames(
 
 
 async def relay_websocket(
-    request: web.Request, current: Current, tenant: str | None, path: str, query: str
+    request: web.Request, current: InForce, tenant: str | None, path: str, query: str
 ) -> web.StreamResponse:
     """Open the same WebSocket upstream, then relay frames both ways until either side ends.
 
@@ -151,7 +131,7 @@ async def relay_websocket(
     try:
         upstream = await current.upstream.connect_websocket(
             path + query,
-            upstream_headers(request.headers, current.config, _WEBSOCKET_OWN),
+            upstream_headers(request.headers, current.config, WEBSOCKET_OWN),
             protocols,
             limit,
         )
@@ -202,7 +182,7 @@ async def _client_frames(
         elif message.type == aiohttp.WSMsgType.BINARY:
             # A binary frame could carry a request the upstream parses: it is never relayed.
             refused = ProxyError(400, "invalid_frame", "binary frames are not accepted")
-            await client.send_str(_error_event(admission.answer_to(refused)))
+            await client.send_str(_error_event(pipeline.answer_to(refused)))
         else:
             break
 
@@ -220,7 +200,7 @@ async def _upstream_frames(
             break
 
 
-def _error_event(answer: admission.Answer) -> str:
+def _error_event(answer: pipeline.Answer) -> str:
     """The spec's WebSocket error event around an API error body."""
     event: Mapping[str, Any] = {"type": "error", "status": answer.status, **answer.body}
     return orjson.dumps(event).decode()
@@ -238,11 +218,11 @@ async def _gate_frame(
     """
     request_id = new_request_id()
     # Each frame is gated under the config in force when it arrives (reloads apply).
-    config = app[LIVE].current.config
+    config = app[IN_FORCE].current.config
     raw = text.encode("utf-8", "surrogatepass")
     try:
-        decided = await admission.admit(
-            admission.Request(raw, path, "websocket", request_id, tenant),
+        decided = await pipeline.admit(
+            pipeline.Request(raw, path, "websocket", request_id, tenant),
             config,
             ledger=app[LEDGER],
             audit_log=app[AUDIT],
@@ -250,8 +230,8 @@ async def _gate_frame(
         )
     except Exception:
         log.exception("%s unexpected error on a frame of WebSocket %s", request_id, connection_id)
-        return _error_event(admission.answer_to(internal_error(request_id))), None
-    if isinstance(decided, admission.Answer):
+        return _error_event(pipeline.answer_to(internal_error(request_id))), None
+    if isinstance(decided, pipeline.Answer):
         code = decided.body["error"]["code"]
         log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
         return _error_event(decided), None

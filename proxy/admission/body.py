@@ -10,8 +10,8 @@ import brotli
 import jiter
 import orjson
 
-from proxy import strictjson
-from proxy.errors import ProxyError
+from proxy.gate import strictjson
+from proxy.gate.errors import ProxyError
 
 _CHUNK = 64 * 1024
 _INFINITY = float("inf")

@@ -15,7 +15,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
-from proxy.patterns import Patterns
+from proxy.gate.patterns import Patterns
 
 PATTERN_TIMEOUT = "pattern_timeout"
 VALIDATION_TIMEOUT = "validation_timeout"
@@ -33,7 +33,7 @@ class Budget:
 
     `spent` says how it ran out: `pattern_timeout` (a regex match) or `validation_timeout`.
     A bound in steps, unlike one in time, ends in the same place on every run. `patterns` holds
-    the schema's patterns, compiled with their ECMA-262 meaning (see proxy.patterns).
+    the schema's patterns, compiled with their ECMA-262 meaning (see proxy.gate.patterns).
     """
 
     __slots__ = ("deadline", "patterns", "spent", "steps")

@@ -15,27 +15,13 @@ from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy import config
-from proxy.tap import Recording
+from proxy import settings
+from proxy.admission.tap import Recording
+from proxy.gate.errors import ProxyError
+from proxy.server.headers import REQUEST_OWN, relayed_headers
 
 log = logging.getLogger("replay_proxy")
 
-# RFC 9110 §7.6.1: meaningful for one connection only; never relayed.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "proxy-authenticate",
-        "proxy-authorization",
-    }
-)
-# Set by the hop itself (its Host, its body's framing), or answered by this server (Expect).
-_REQUEST_OWN = ("Host", "Content-Length", "Expect")
 # The longest status line or header line, and the most header lines, of an answer's head
 # (aiohttp's defaults, which are nginx's 8 KiB): a longer head is a bad answer, refused
 # without reading on (RFC 9112 §2.3).
@@ -45,12 +31,6 @@ MAX_HEADERS: Final = 128
 # A body in memory larger than this goes out in slices of this size, each written once the
 # connection has taken the one before (aiohttp warns of a larger one written at once).
 _SLICE_BYTES: Final = 1 << 20
-# What gives a body its meaning: a `Connection` header may not remove them (RFC 9110 §7.6.1
-# lets it name any header). A request that tries is refused; in an answer the names are
-# ignored, so that the client decodes the body the way the tap read it.
-BODY_HEADERS = frozenset(
-    {"content-type", "content-encoding", "content-length", "transfer-encoding"}
-)
 
 
 # What the client is told of each failure; the detail stays in the log.
@@ -77,21 +57,6 @@ class UpstreamError(Exception):
         return _MESSAGES[self.code]
 
 
-def connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
-    """The header names a `Connection` header lists, lower-cased, in order."""
-    return [
-        token.strip().lower()
-        for value in headers.getall("Connection", ())
-        for token in value.split(",")
-        if token.strip()
-    ]
-
-
-def body_headers_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
-    """The headers of BODY_HEADERS that `Connection` names (a request naming any is refused)."""
-    return [token for token in connection_tokens(headers) if token in BODY_HEADERS]
-
-
 def not_utf8(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> str | None:
     """The name of the first header whose value is not UTF-8, or None.
 
@@ -105,26 +70,11 @@ def not_utf8(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> str | None:
     return None
 
 
-def relayed_headers(
-    headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = frozenset()
-) -> CIMultiDict[str]:
-    """The headers minus hop-by-hop ones, those the `Connection` header names (never one of
-    BODY_HEADERS), and `drop`."""
-    named = set(connection_tokens(headers)) - BODY_HEADERS
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        lower = name.lower()
-        if lower in HOP_BY_HOP or lower in named or lower in drop:
-            continue
-        out.add(name, value)
-    return out
-
-
 class Upstream:
     """The upstream server: one aiohttp client session (one pool of keep-alive connections)
     that every request and WebSocket upgrade to it shares."""
 
-    def __init__(self, settings: config.Upstream) -> None:
+    def __init__(self, settings: settings.Upstream) -> None:
         self.settings = settings
         self.base = URL(settings.url.rstrip("/"))
         self._session: aiohttp.ClientSession | None = None
@@ -231,7 +181,7 @@ class Upstream:
         failure cuts the client's connection so that it cannot mistake a partial answer for
         a whole one.
         """
-        for name in _REQUEST_OWN:
+        for name in REQUEST_OWN:
             headers.popall(name, None)
         body: bytes | AsyncIterable[bytes | memoryview] | None = data
         if isinstance(data, bytes) and len(data) > _SLICE_BYTES:
@@ -360,10 +310,17 @@ def _cut(protocol: ResponseHandler | None) -> BaseException | None:
     return error
 
 
-def tls_context(settings: config.Upstream) -> ssl.SSLContext:
+def tls_context(settings: settings.Upstream) -> ssl.SSLContext:
     """The TLS client context for an https upstream: `ca_file` or the system's trust store
     (read when the upstream is made, so SSL_CERT_FILE applies), and the client certificate."""
     context = ssl.create_default_context(cafile=settings.ca_file)
     if settings.client_cert is not None:
         context.load_cert_chain(settings.client_cert, settings.client_key)
     return context
+
+
+def upstream_failure(request_id: str, what: str, exc: UpstreamError) -> ProxyError:
+    """The failure of a request no upstream answer could be had for. Its message names the
+    failure only; the detail (an address, a socket error) goes to the log."""
+    log.warning("%s %s: %s: %s", request_id, what, exc.code, exc.detail)
+    return ProxyError(exc.status, exc.code, exc.message)

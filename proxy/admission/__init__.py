@@ -1,0 +1,1 @@
+"""The transport-free admission pipeline every front calls."""

@@ -1,0 +1,77 @@
+"""A call's arguments: strict JSON, then every schema of its tool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+from jsonschema.exceptions import SchemaError
+
+from proxy.gate import items, strictjson
+from proxy.gate.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
+from proxy.gate.policy import (
+    Policy,
+)
+from proxy.gate.schemas import (
+    Compiled,
+    SchemaLimitError,
+    UnusableSchema,
+    Violation,
+)
+
+TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
+
+
+def check_arguments(
+    arguments: str, schemas: list[Compiled | SchemaError], allowance: Allowance | None = None
+) -> str | tuple[str, tuple[Violation, ...]]:
+    """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations)."""
+    try:
+        instance = strictjson.loads(arguments, exact=True)
+    except strictjson.StrictJSONError:
+        return "arguments_parse"
+    if not schemas:
+        return "unknown_tool"
+    violations: dict[Violation, None] = {}
+    with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
+        for schema in schemas:
+            if isinstance(schema, UnusableSchema):
+                violations[Violation("", "schema_unusable")] = None
+            elif isinstance(schema, SchemaLimitError):
+                violations[Violation("", "invalid_schema", schema.message)] = None
+            elif isinstance(schema, SchemaError):
+                violations[Violation("", "invalid_schema")] = None
+            else:
+                violations.update(dict.fromkeys(schema.violations(instance, deadline)))
+    if violations:
+        return ("arguments_schema", tuple(violations))
+    return "ok"
+
+
+def pending_schemas(body: Any, policy: Policy) -> list[Any]:
+    """The request schemas `inspect` may compile for this body that are not compiled yet.
+
+    Compiling one can take long (a schema within the limits may hold thousands of
+    subschemas), so the fronts hand these to `compile_schemas` off the event loop first.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("input"), list):
+        return []
+    called = {i.get("name") for i in body["input"] if isinstance(i, dict)}
+    return [
+        {} if parameters is None else parameters
+        for name, parameters in items.tool_schemas(body.get("tools"))
+        if name in called
+        and name not in policy.pinned
+        and policy.schemas.pending({} if parameters is None else parameters, policy.schema_limits)
+    ]
+
+
+def compile_schemas(schemas: Sequence[Any], policy: Policy) -> None:
+    """Compile `schemas` into the policy's cache (where `inspect` finds them); safe to run in a
+    worker thread. An invalid schema is remembered as such, and found again by `inspect`."""
+    for schema in schemas:
+        try:
+            policy.schemas.compile(schema, policy.schema_limits)
+        except SchemaError:
+            continue

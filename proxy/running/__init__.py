@@ -1,0 +1,1 @@
+"""Running the proxy: the command line, config loading, serving, workers."""

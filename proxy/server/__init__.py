@@ -1,0 +1,1 @@
+"""The fronts: HTTP and WebSocket on aiohttp, and the upstream hop."""

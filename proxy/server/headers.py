@@ -1,0 +1,107 @@
+"""Header rules, all of them: hop-by-hop, body, credentials, the hop's own."""
+
+from __future__ import annotations
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy.config import Config
+
+# RFC 9110 §7.6.1: meaningful for one connection only; never relayed.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-authenticate",
+        "proxy-authorization",
+    }
+)
+
+# Set by the hop itself (its Host, its body's framing), or answered by this server (Expect).
+REQUEST_OWN = ("Host", "Content-Length", "Expect")
+
+# What gives a body its meaning: a `Connection` header may not remove them (RFC 9110 §7.6.1
+# lets it name any header). A request that tries is refused; in an answer the names are
+# ignored, so that the client decodes the body the way the tap read it.
+BODY_HEADERS = frozenset(
+    {"content-type", "content-encoding", "content-length", "transfer-encoding"}
+)
+
+
+def connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
+    """The header names a `Connection` header lists, lower-cased, in order."""
+    return [
+        token.strip().lower()
+        for value in headers.getall("Connection", ())
+        for token in value.split(",")
+        if token.strip()
+    ]
+
+
+def body_headers_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
+    """The headers of BODY_HEADERS that `Connection` names (a request naming any is refused)."""
+    return [token for token in connection_tokens(headers) if token in BODY_HEADERS]
+
+
+def relayed_headers(
+    headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = frozenset()
+) -> CIMultiDict[str]:
+    """The headers minus hop-by-hop ones, those the `Connection` header names (never one of
+    BODY_HEADERS), and `drop`."""
+    named = set(connection_tokens(headers)) - BODY_HEADERS
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in named or lower in drop:
+            continue
+        out.add(name, value)
+    return out
+
+
+# Credentials a client presents; when the proxy authenticates clients or holds the upstream
+# key itself, they are the proxy's, and never go upstream.
+CREDENTIALS = frozenset({"authorization", "api-key"})
+
+
+def upstream_headers(
+    headers: CIMultiDictProxy[str], config: Config, drop: frozenset[str]
+) -> CIMultiDict[str]:
+    """The client's headers as the upstream sees them, with the proxy's key if it holds one."""
+    own_credentials = config.clients or config.upstream.api_key is not None
+    out = relayed_headers(headers, drop=(drop | CREDENTIALS) if own_credentials else drop)
+    if config.upstream.api_key is not None:
+        out["Authorization"] = f"Bearer {config.upstream.api_key}"
+    return out
+
+
+# Negotiated per hop by aiohttp on each side; never copied from one hop to the other.
+WEBSOCKET_OWN = frozenset(
+    {
+        "host",
+        "content-length",
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-protocol",
+        "sec-websocket-accept",
+    }
+)
+
+
+# The content codings the tap can read; an upstream is asked for no other on a recorded route.
+READABLE_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "br", "identity"})
+
+
+def readable_accept_encoding(accept_encoding: str) -> str:
+    """The client's Accept-Encoding without the codings the tap cannot read (`*` included),
+    so that every answer it must record comes in one it can; `identity` if none is left."""
+    kept = [
+        token.strip()
+        for token in accept_encoding.split(",")
+        if token.split(";")[0].strip().lower() in READABLE_CODINGS
+    ]
+    return ", ".join(kept) or "identity"

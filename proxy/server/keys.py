@@ -1,0 +1,28 @@
+"""The typed keys of the app's state and of a request's."""
+
+from __future__ import annotations
+
+import uuid
+
+from aiohttp import web
+
+from proxy.server.in_force import InForceHolder
+from proxy.state.audit import AuditLog
+from proxy.state.ledger import Ledger
+from proxy.state.metrics import Metrics
+
+IN_FORCE = web.AppKey("in_force", InForceHolder)
+
+AUDIT = web.AppKey("audit", AuditLog)
+
+METRICS = web.AppKey("metrics", Metrics)
+
+LEDGER = web.AppKey("ledger", Ledger)
+
+# The proxy's own id of a request: its `x-request-id`, its audit record's `request_id`, and the
+# first word of every log line about it.
+REQUEST_ID = web.RequestKey("request_id", str)
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex

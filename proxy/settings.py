@@ -1,0 +1,136 @@
+"""The frozen settings sections of a config; they import nothing of the proxy's own."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+class ConfigError(Exception):
+    """The config cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str = "127.0.0.1"
+    port: int = 8787
+    shutdown_grace_s: float = 30.0
+    # A connection must send a whole request head this long after it opened or after its
+    # previous answer, or it is closed (aiohttp's keep-alive timer, which also closes an idle
+    # keep-alive connection). Longer than the 60 s idle timeout of common load balancers in
+    # front, so that they never send a request on a connection the proxy has just closed.
+    header_timeout_s: float = 75.0
+
+
+@dataclass(frozen=True)
+class Upstream:
+    url: str = "http://127.0.0.1:8000"
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 600.0
+    api_key_env: str | None = None
+    # Connections open to the upstream at once, in use or idle; a request waits for one. A
+    # streamed answer holds its connection as long as it lasts: this bounds the streams open
+    # at once too (two file descriptors each, with the client's).
+    max_connections: int = 4096
+    # An idle connection is closed after this long: keep it below the upstream's own idle
+    # timeout (its `Keep-Alive: timeout=`), since a POST sent on a connection the upstream has
+    # just closed fails (only an idempotent request is retried). 4 s is under the 5 s of
+    # uvicorn's and Node's defaults, the shortest common ones.
+    keepalive_s: float = 4.0
+    # TLS: the CA bundle the upstream's certificate is checked against (default: the
+    # system's), and a client certificate with its key for an upstream that asks for one.
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    # Honour HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY, as curl and httpx do.
+    trust_env: bool = True
+    # The key itself, read from `api_key_env` by the command line; never printed.
+    api_key: str | None = field(default=None, repr=False)
+    # The forward proxy the hop goes through, chosen from the environment by the command
+    # line (`trust_env`); not printed: it may carry credentials.
+    proxy: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"url: {self.url!r} is not an http(s) URL with a host")
+        if parts.query or parts.fragment:
+            raise ValueError(f"url: {self.url!r} may not carry a query or fragment")
+        if parts.username is not None or parts.password is not None:
+            # Not echoed: it holds a secret. The upstream hop would not send it either.
+            raise ValueError(
+                "url: may not carry credentials (user:password@); the proxy sends the "
+                "upstream a key from upstream.api_key_env"
+            )
+        if (self.client_cert is None) != (self.client_key is None):
+            missing = "client_key" if self.client_key is None else "client_cert"
+            raise ValueError(f"{missing}: client_cert and client_key are given together")
+        for name in ("ca_file", "client_cert", "client_key"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}: {path!r} is not a readable file")
+        if self.ca_file is not None or self.client_cert is not None:
+            self._check_tls_files()
+
+    def _check_tls_files(self) -> None:
+        """Load the TLS files once, so that one that is not PEM stops the start naming its
+        key; the upstream hop loads them again into its own context."""
+        import ssl  # here: only a config that names TLS files pays for loading it
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # empty: no system store to load
+        try:
+            if self.ca_file is not None:
+                context.load_verify_locations(cafile=self.ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"ca_file: {self.ca_file!r} holds no CA certificate: {exc}") from None
+        try:
+            if self.client_cert is not None:
+                context.load_cert_chain(self.client_cert, self.client_key)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(
+                f"client_cert: {self.client_cert!r} with client_key {self.client_key!r} is not "
+                f"a certificate and its key: {exc}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Client:
+    """A client allowed through: its name (the tenant) and the sha256 of its key."""
+
+    name: str
+    key_sha256: str
+
+
+@dataclass(frozen=True)
+class Audit:
+    path: str = "-"
+    include_arguments: bool = False
+    max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    backend: str = "memory"
+    url: str = "redis://127.0.0.1:6379/0"
+    ttl_s: float = 86400.0
+    max_responses: int = 25_000
+    max_chain: int = 64
+    timeout_s: float = 1.0
+    fail_open: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend == "redis" and importlib.util.find_spec("redis") is None:
+            raise ValueError(
+                "backend: redis needs the redis client: pip install 'replay-proxy[redis]'"
+            )
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 64 * 1024 * 1024
+    # A gated body must arrive whole this long after its head, or it is answered 408: the
+    # proxy holds the body until it can judge it, so a client sending a byte a second would
+    # hold a connection, a handler and a buffer for as long as it liked.
+    body_timeout_s: float = 60.0

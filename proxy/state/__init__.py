@@ -1,0 +1,1 @@
+"""What outlives a request: the ledger and its stores, the audit log, the metrics."""
