@@ -1,120 +1,23 @@
-"""Real servers on 127.0.0.1 for the HTTP tests: a recording upstream, fastresponses, the proxy."""
+"""Fixtures that start real servers on 127.0.0.1: a recording upstream, fastresponses, the proxy."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from multidict import CIMultiDict
 from openai import AsyncOpenAI
 
 from proxy.config import Config
 from proxy.running.config_file import parse_config
-from proxy.running.workers import free_port
 from proxy.server.app import make_app
+from tests.fixture_types import Clients, ProxyFactory
+from tests.servers.recording import RecordingUpstream
+from tests.servers.redis_server import RedisServer
 from tests.servers.scripted_agent import serve_in_thread
-
-SALES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["region"],
-    "properties": {"region": {"type": "string", "enum": ["apac", "emea", "amer"]}},
-}
-# The original articles' lookup_order tool.
-LOOKUP_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "order_id": {"type": "string", "pattern": "^[A-Z]-\\d{4}$"},
-        "include_lines": {"type": "boolean"},
-    },
-    "required": ["order_id", "include_lines"],
-    "additionalProperties": False,
-}
-SALES_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": "get_latest_sales_report",
-    "description": "The latest sales report for a region.",
-    "parameters": SALES_SCHEMA,
-}
-
-
-def sales_call(call_id: str, region: str = "apac", **extra: Any) -> dict[str, Any]:
-    item = {
-        "type": "function_call",
-        "id": f"fc_{call_id}",
-        "call_id": call_id,
-        "name": "get_latest_sales_report",
-        "status": "completed",
-        "arguments": json.dumps({"region": region}),
-    }
-    return item | extra
-
-
-def sales_output(call_id: str, output: str = "sales report") -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": output}
-
-
-@dataclass
-class Received:
-    """One request exactly as the upstream saw it."""
-
-    method: str
-    target: str
-    headers: CIMultiDict[str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-Handler = Callable[[web.Request, Received], Awaitable[web.StreamResponse]]
-
-
-async def _ok(request: web.Request, received: Received) -> web.StreamResponse:
-    return web.json_response({"object": "response", "id": "resp_1", "output": []})
-
-
-@dataclass
-class RecordingUpstream:
-    """A tiny upstream that records every request and answers with `handler`."""
-
-    received: list[Received] = field(default_factory=list)
-    handler: Handler = _ok
-    url: str = ""
-    frames: list[str] = field(default_factory=list)
-    # WebSocket upgrades asked of it.
-    upgrades: int = 0
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        if request.headers.get("Upgrade", "").lower() == "websocket":
-            return await self.websocket(request)
-        received = Received(
-            request.method, request.raw_path, CIMultiDict(request.headers), await request.read()
-        )
-        self.received.append(received)
-        return await self.handler(request, received)
-
-    async def websocket(self, request: web.Request) -> web.StreamResponse:
-        """Records every text frame; answers each with a completed response naming its turn."""
-        self.upgrades += 1
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        async for message in ws:
-            self.frames.append(message.data)
-            turn = len(self.frames)
-            response = {"id": f"resp_ws_{turn}", "object": "response", "output": []}
-            await ws.send_json({"type": "response.completed", "response": response})
-        return ws
 
 
 @pytest.fixture
@@ -127,9 +30,6 @@ async def recording_upstream() -> AsyncIterator[RecordingUpstream]:
     upstream.url = str(server.make_url("")).rstrip("/")
     yield upstream
     await server.close()
-
-
-ProxyFactory = Callable[..., Awaitable[str]]
 
 
 @pytest.fixture
@@ -161,9 +61,6 @@ async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
         await server.close()
 
 
-Clients = Callable[[str], AsyncOpenAI]
-
-
 @pytest.fixture
 async def client_for() -> AsyncIterator[Clients]:
     """The official openai SDK pointed at a base URL, only `base_url` changed."""
@@ -179,85 +76,11 @@ async def client_for() -> AsyncIterator[Clients]:
         await client.close()
 
 
-# An audit record: DESIGN.md's fields, and `prev`, which chains it to the record before.
-AUDIT_FIELDS = {
-    "ts",
-    "event",
-    "request_id",
-    "action",
-    "transport",
-    "path",
-    "model",
-    "previous_response_id",
-    "tenant",
-    "body_sha256",
-    "findings",
-    "prev",
-}
-
-
-def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
-    path = tmp_path / "audit.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 @pytest.fixture(scope="session")
 def scripted_upstream() -> Iterator[str]:
     """fastresponses serving the scripted agent; yields its base URL with `/v1`."""
     with serve_in_thread() as url:
         yield url.removesuffix("/v1")
-
-
-class RedisServer:
-    """A real redis-server on a free loopback port, started and stopped by the tests."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.port = free_port("127.0.0.1")
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            pytest.fail("redis-server is not installed (.ci/run installs Debian's redis-server)")
-        self.process = subprocess.Popen(
-            [
-                exe,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.directory),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-        self.process = None
 
 
 @pytest.fixture

@@ -1,15 +1,21 @@
-"""Raw-socket doubles on 127.0.0.1: an upstream that answers from a script of exact bytes, and a
-forward proxy (absolute-form requests and CONNECT tunnels), for the bytes a real server would
-not produce."""
+"""Raw-socket doubles on 127.0.0.1, for the bytes a real client or server would not produce:
+upstreams that answer from a script of exact bytes or with a behaviour per connection, a
+forward proxy (absolute-form requests and CONNECT tunnels), and a client that writes and reads
+HTTP/1.1 by hand."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 import struct
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
+from typing import Any
+
+from yarl import URL
 
 GUARD_S = 10
 
@@ -193,3 +199,131 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
         pass
     finally:
         writer.close()
+
+
+# A client on a bare socket
+
+
+async def connect(base: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    url = URL(base)
+    return await asyncio.open_connection(url.host, url.port)
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with suppress(ConnectionError):
+        await writer.wait_closed()
+
+
+async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
+    """Everything until the peer closes (a reset counts as closing)."""
+    data = bytearray()
+    with suppress(ConnectionError):
+        while chunk := await reader.read(65536):
+            data += chunk
+    return bytes(data)
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def error(self) -> dict[str, Any]:
+        assert self.headers["content-type"].startswith("application/json")
+        error: dict[str, Any] = json.loads(self.body)["error"]
+        return error
+
+
+async def read_answer(reader: asyncio.StreamReader) -> Answer:
+    """One HTTP/1.1 answer with a Content-Length (every answer these tests read has one)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")[:-2]
+    headers = {
+        name.strip().lower(): value.strip()
+        for name, _, value in (line.partition(":") for line in lines)
+    }
+    data = await reader.readexactly(int(headers["content-length"]))
+    return Answer(int(status_line.split()[1]), headers, data)
+
+
+def request_head(target: str = "/v1/responses", **headers: str | int) -> bytes:
+    lines = [f"POST {target} HTTP/1.1", "Host: 127.0.0.1"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def chunks_of(data: bytes, size: int = 1) -> bytes:
+    """`data` in chunks of `size` bytes, and the last chunk."""
+    chunks = (data[i : i + size] for i in range(0, len(data), size))
+    return b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+async def exchange_raw(base: str, request: bytes) -> bytes:
+    """Send exact request bytes on a connection of their own; the whole answer, to EOF."""
+    url = URL(base)
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), GUARD_S)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+# An upstream on bare sockets with a behaviour per connection
+
+
+Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter, asyncio.Event], Awaitable[None]]
+
+
+OK_BODY = b'{"object":"response","id":"resp_ok","output":[]}'
+
+
+def answer_head(content_type: bytes, framing: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\n%s\r\nConnection: close\r\n\r\n" % (
+        content_type,
+        framing,
+    )
+
+
+async def answer_ok(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, proceed: asyncio.Event
+) -> None:
+    writer.write(answer_head(b"application/json", b"Content-Length: %d" % len(OK_BODY)) + OK_BODY)
+    await writer.drain()
+
+
+@dataclass
+class RawUpstream:
+    """An upstream on bare sockets: the first request gets `first`, later ones a plain answer.
+
+    `whole` keeps each request it read whole; `open` counts its open connections.
+    """
+
+    first: Behaviour
+    url: str = ""
+    whole: list[bytes] = field(default_factory=list)
+    open: int = 0
+    heads: int = 0
+    head_read: asyncio.Event = field(default_factory=asyncio.Event)
+    proceed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.heads += 1
+            self.head_read.set()
+            length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            request = head + await reader.readexactly(int(length[1]) if length else 0)
+            self.whole.append(request)
+            behave = self.first if self.heads == 1 else answer_ok
+            await behave(reader, writer, self.proceed)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            await close(writer)
+            self.open -= 1

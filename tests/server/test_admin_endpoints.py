@@ -1,0 +1,69 @@
+"""Admin endpoints: health and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from tests.builders import at, clean_body, failing_body
+from tests.fixture_types import ProxyFactory
+from tests.server.checks import metric, scrape
+from tests.servers.recording import RecordingUpstream
+
+
+async def test_healthy(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    base = await start_proxy(recording_upstream.url)
+
+    async with client.get(at(base, "/-/healthy")) as resp:
+        assert resp.status == 200
+
+    assert recording_upstream.received == []
+
+
+async def test_metrics_count_requests_findings_gate_time_and_streams(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    base = await start_proxy(recording_upstream.url)
+    requests: list[tuple[str, str, Any, int]] = [
+        ("POST", "/v1/responses", clean_body(), 200),
+        ("POST", "/v1/responses", failing_body(), 400),
+        ("POST", "/v1/responses/compact", failing_body(), 400),
+        ("POST", "/v1/responses", [], 400),
+        ("GET", "/v1/models", None, 200),
+    ]
+    for method, target, body, status in requests:
+        async with client.request(method, at(base, target), json=body) as resp:
+            assert resp.status == status
+
+    text = await scrape(client, base)
+
+    requests_total = "replay_proxy_requests_total"
+    assert metric(text, requests_total, route="responses", outcome="forward") == 1
+    assert metric(text, requests_total, route="responses", outcome="block") == 1
+    assert metric(text, requests_total, route="responses_compact", outcome="block") == 1
+    assert metric(text, requests_total, route="responses", outcome="invalid") == 1
+    assert metric(text, requests_total, route="passthrough", outcome="forward") == 1
+    findings = "replay_proxy_findings_total"
+    assert metric(text, findings, reason="arguments_schema", action="block") == 2
+    assert "# TYPE replay_proxy_gate_seconds histogram" in text
+    assert metric(text, "replay_proxy_gate_seconds_count") == 3
+    assert metric(text, "replay_proxy_gate_seconds_bucket", le="+Inf") == 3
+    assert metric(text, "replay_proxy_open_streams") == 0
+    assert [r.target for r in recording_upstream.received] == ["/v1/responses", "/v1/models"]
+
+
+async def test_verdict_cache_gauge_counts_what_the_gate_remembers(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    """The gauge reads the caches the front owns for the policy in force."""
+    base = await start_proxy(recording_upstream.url)
+    assert metric(await scrape(client, base), "replay_proxy_verdict_cache_entries") == 0
+    bodies = [clean_body(), clean_body(), failing_body()]  # the second call is the first again
+    for body in bodies:
+        async with client.post(at(base, "/v1/responses"), json=body) as resp:
+            await resp.read()
+
+    assert metric(await scrape(client, base), "replay_proxy_verdict_cache_entries") == 2

@@ -1,0 +1,64 @@
+"""A recording upstream on aiohttp's server: every request kept exactly as it arrived."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+
+@dataclass
+class Received:
+    """One request exactly as the upstream saw it."""
+
+    method: str
+    target: str
+    headers: CIMultiDict[str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Handler = Callable[[web.Request, Received], Awaitable[web.StreamResponse]]
+
+
+async def _ok(request: web.Request, received: Received) -> web.StreamResponse:
+    return web.json_response({"object": "response", "id": "resp_1", "output": []})
+
+
+@dataclass
+class RecordingUpstream:
+    """A tiny upstream that records every request and answers with `handler`."""
+
+    received: list[Received] = field(default_factory=list)
+    handler: Handler = _ok
+    url: str = ""
+    frames: list[str] = field(default_factory=list)
+    # WebSocket upgrades asked of it.
+    upgrades: int = 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self.websocket(request)
+        received = Received(
+            request.method, request.raw_path, CIMultiDict(request.headers), await request.read()
+        )
+        self.received.append(received)
+        return await self.handler(request, received)
+
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        """Records every text frame; answers each with a completed response naming its turn."""
+        self.upgrades += 1
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            self.frames.append(message.data)
+            turn = len(self.frames)
+            response = {"id": f"resp_ws_{turn}", "object": "response", "output": []}
+            await ws.send_json({"type": "response.completed", "response": response})
+        return ws
