@@ -20,6 +20,18 @@ from tests.servers.redis_server import RedisServer
 from tests.servers.scripted_agent import serve_in_thread
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_forward_proxy_from_the_environment() -> Iterator[None]:
+    """The suite's traffic stays on 127.0.0.1: a forward proxy named in the environment of the
+    machine running it must not carry the proxies under test (in process or as subprocesses,
+    which honour `HTTP_PROXY` by default) to their upstreams. Tests that want one name it."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+            patch.delenv(name, raising=False)
+            patch.delenv(name.upper(), raising=False)
+        yield
+
+
 @pytest.fixture
 async def recording_upstream() -> AsyncIterator[RecordingUpstream]:
     upstream = RecordingUpstream()

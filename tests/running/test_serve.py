@@ -46,7 +46,9 @@ class Proxy:
         return await asyncio.wait_for(self.process.wait(), timeout=30)
 
 
-async def start(*args: str) -> Proxy:
+async def start(*args: str, listeners: int = 1) -> Proxy:
+    """Start `replay-proxy serve` and return once `listeners` processes (one per worker) have
+    said where they listen."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -61,14 +63,16 @@ async def start(*args: str) -> Proxy:
     )
     assert process.stderr is not None
     seen = []
-    while True:
+    urls: list[str] = []
+    while len(urls) < listeners:
         line = (await asyncio.wait_for(process.stderr.readline(), timeout=30)).decode()
         seen.append(line)
         if not line:
             raise AssertionError("the proxy exited before listening: " + "".join(seen))
         found = re.search(r"listening on (http://\S+),", line)
         if found:
-            return Proxy(process, found.group(1))
+            urls.append(found.group(1))
+    return Proxy(process, urls[0])
 
 
 @pytest.fixture
@@ -220,7 +224,15 @@ async def test_workers_share_one_port(
     port = free_port("127.0.0.1")
     config = redis_config(tmp_path, redis_server)
     proxy = await start(
-        "--config", config, "--upstream", scripted_upstream, "--workers", "2", "--port", str(port)
+        "--config",
+        config,
+        "--upstream",
+        scripted_upstream,
+        "--workers",
+        "2",
+        "--port",
+        str(port),
+        listeners=2,  # the second worker may bind after the first has answered
     )
     try:
         pids = set()
