@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from proxy.server.websocket import sendable
 from tests.conftest import SALES_TOOL, ProxyFactory, sales_output
 from tests.servers import strict_upstream
 from tests.servers.strict_upstream import StrictUpstream
@@ -210,3 +211,21 @@ async def test_the_clients_close_code_and_reason_reach_the_upstream(
     await asyncio.wait_for(closing_upstream.closed.wait(), WAIT_S)
 
     assert closing_upstream.closes == [(code, reason)]
+
+
+@pytest.mark.parametrize(
+    ("received", "passed_on"),
+    [
+        pytest.param(1012, 1012, id="service-restart-as-is"),
+        pytest.param(4009, 4009, id="application-as-is"),
+        pytest.param(None, 1000, id="no-close-frame"),
+        pytest.param(0, 1000, id="close-frame-without-code"),
+        pytest.param(1005, 1000, id="1005-no-status"),
+        pytest.param(1006, 1011, id="1006-abnormal"),
+        pytest.param(1015, 1011, id="1015-tls"),
+    ],
+)
+def test_a_close_code_no_endpoint_may_send_goes_on_as_one_that_means_the_same(
+    received: int | None, passed_on: int
+) -> None:
+    assert sendable(received) == passed_on

@@ -43,7 +43,8 @@ def _protocols(request: web.Request) -> list[str]:
 
 
 # Close codes a peer may receive but no endpoint may send (RFC 6455 §7.4.1): what goes on.
-_UNSENDABLE = {1005: 1000, 1006: 1011, 1015: 1011}
+# aiohttp reads a close frame without a code as code 0: that is 1005 (no status received).
+_UNSENDABLE = {0: 1000, 1005: 1000, 1006: 1011, 1015: 1011}
 # A close frame's reason fits in 123 bytes (RFC 6455 §5.5: a control frame's payload is at most
 # 125 bytes, two of them the code).
 _MAX_REASON = 123
@@ -51,7 +52,8 @@ _MAX_REASON = 123
 _Socket = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
 
 
-def _sendable(code: int | None) -> int:
+def sendable(code: int | None) -> int:
+    """The close code to pass on for one received (None: the side ended without one)."""
     if code is None:
         return 1000
     return _UNSENDABLE.get(code, code)
@@ -93,7 +95,7 @@ async def close_as(sink: _Socket, ending: Ending) -> None:
     send becomes the one that says the same: 1006 → 1011)."""
     # A reason cut inside a character would not be UTF-8 (RFC 6455 §7.1.6): the rest goes.
     reason = ending.reason.encode()[:_MAX_REASON].decode("utf-8", "ignore").encode()
-    await sink.close(code=_sendable(ending.code), message=reason)
+    await sink.close(code=sendable(ending.code), message=reason)
 
 
 async def relay_websocket_ungated(
