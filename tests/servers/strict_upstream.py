@@ -142,6 +142,7 @@ class StrictUpstream:
                 break
             if message.type != web.WSMsgType.TEXT:
                 break
+            body: Any = None
             try:
                 body = json.loads(message.data)
                 if not isinstance(body, dict):
