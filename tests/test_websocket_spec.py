@@ -125,6 +125,11 @@ class ClosingUpstream:
             message = await ws.receive()
             if message.type == aiohttp.WSMsgType.TEXT:
                 said = json.loads(message.data).get("input", "")
+                if said == "drop":
+                    # The connection goes without a close frame.
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return ws
                 if said.startswith("close "):
                     _, code, reason = said.split(" ", 2)
                     await ws.close(code=int(code), message=reason.encode())
@@ -229,3 +234,19 @@ def test_a_close_code_no_endpoint_may_send_goes_on_as_one_that_means_the_same(
     received: int | None, passed_on: int
 ) -> None:
     assert sendable(received) == passed_on
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_an_upstream_gone_without_a_close_frame_reaches_the_client_as_an_error(
+    closing_upstream: ClosingUpstream,
+    start_proxy: ProxyFactory,
+    session: aiohttp.ClientSession,
+    path: str,
+) -> None:
+    base = await start_proxy(closing_upstream.url)
+    async with session.ws_connect(base + path) as ws:
+        await ws.send_str(json.dumps({"type": "response.create", "input": "drop"}))
+        message = await ws.receive(timeout=WAIT_S)
+
+    # 1006 (abnormal closure) may not be sent: 1011 says the same, never a clean 1000.
+    assert (message.type, message.data) == (aiohttp.WSMsgType.CLOSE, 1011)

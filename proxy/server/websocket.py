@@ -102,8 +102,8 @@ async def relay_websocket_ungated(
     request: web.Request, current: InForce, target: str
 ) -> web.StreamResponse:
     """A WebSocket on a path that is not gated: open the same one upstream under `target` (the
-    normalised path), then pass frames both ways as they are, and the close code of whichever
-    side ends first to the other."""
+    normalised path), then pass frames both ways as they are, and the close code and reason of
+    whichever side ends first to the other."""
     app = request.app
     connection_id = request[REQUEST_ID]
     limit = current.config.limits.max_body_bytes
