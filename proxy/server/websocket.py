@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -13,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from proxy.admission import pipeline
+from proxy.admission.continuations import Continuations
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
@@ -41,21 +43,67 @@ def _protocols(request: web.Request) -> list[str]:
 
 
 # Close codes a peer may receive but no endpoint may send (RFC 6455 §7.4.1): what goes on.
-_UNSENDABLE = {1005: 1000, 1006: 1011, 1015: 1011}
+# aiohttp reads a close frame without a code as code 0: that is 1005 (no status received).
+_UNSENDABLE = {0: 1000, 1005: 1000, 1006: 1011, 1015: 1011}
+# A close frame's reason fits in 123 bytes (RFC 6455 §5.5: a control frame's payload is at most
+# 125 bytes, two of them the code).
+_MAX_REASON = 123
+
+_Socket = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
 
 
-def _sendable(code: int | None) -> int:
+def sendable(code: int | None) -> int:
+    """The close code to pass on for one received (None: the side ended without one)."""
     if code is None:
         return 1000
     return _UNSENDABLE.get(code, code)
+
+
+@dataclass
+class Ending:
+    """How one side of a relayed WebSocket ended: the code and reason of the close frame it
+    sent, or (no close frame) the code aiohttp gave the end it saw."""
+
+    code: int | None = None
+    reason: str = ""
+
+
+async def iter_data(source: _Socket, ending: Ending) -> AsyncIterator[aiohttp.WSMessage]:
+    """The data frames of `source` until it ends; then `ending` says how it did.
+
+    `async for` over a socket drops the close frame's reason: frames are received one by one
+    so that the reason reaches the other side with the code.
+    """
+    while True:
+        message = await source.receive()
+        if message.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            yield message
+        elif message.type == aiohttp.WSMsgType.CLOSE:
+            ending.code, ending.reason = message.data, message.extra or ""
+            return
+        elif message.type in (
+            aiohttp.WSMsgType.CLOSING,
+            aiohttp.WSMsgType.CLOSED,
+            aiohttp.WSMsgType.ERROR,
+        ):
+            ending.code = source.close_code
+            return
+
+
+async def close_as(sink: _Socket, ending: Ending) -> None:
+    """Close `sink` with the code and reason its peer's side ended with (a code no endpoint may
+    send becomes the one that says the same: 1006 → 1011)."""
+    # A reason cut inside a character would not be UTF-8 (RFC 6455 §7.1.6): the rest goes.
+    reason = ending.reason.encode()[:_MAX_REASON].decode("utf-8", "ignore").encode()
+    await sink.close(code=sendable(ending.code), message=reason)
 
 
 async def relay_websocket_ungated(
     request: web.Request, current: InForce, target: str
 ) -> web.StreamResponse:
     """A WebSocket on a path that is not gated: open the same one upstream under `target` (the
-    normalised path), then pass frames both ways as they are, and the close code of whichever
-    side ends first to the other."""
+    normalised path), then pass frames both ways as they are, and the close code and reason of
+    whichever side ends first to the other."""
     app = request.app
     connection_id = request[REQUEST_ID]
     limit = current.config.limits.max_body_bytes
@@ -73,42 +121,74 @@ async def relay_websocket_ungated(
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
     )
-    tasks: list[asyncio.Task[None]] = []
+    pair = _Pair(client, upstream)
     app[METRICS].open_streams.inc()
     try:
         await client.prepare(request)
-        tasks = [
-            asyncio.create_task(_pass_frames(client, upstream)),
-            asyncio.create_task(_pass_frames(upstream, client)),
-        ]
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task.exception() is not None:
-                log.warning("%s websocket relay ended: %r", connection_id, task.exception())
+        await pair.relay(
+            _pass_frames(client, upstream, pair.client_ended),
+            _pass_frames(upstream, client, pair.upstream_ended),
+            connection_id,
+        )
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         app[METRICS].open_streams.dec()
-        await upstream.close(code=_sendable(client.close_code))
-        await client.close(code=_sendable(upstream.close_code))
+        await pair.close()
     return client
 
 
-async def _pass_frames(
-    source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-    sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-) -> None:
+@dataclass
+class _Pair:
+    """The two sockets of a relayed WebSocket, and how each side ended."""
+
+    client: web.WebSocketResponse
+    upstream: aiohttp.ClientWebSocketResponse
+    client_ended: Ending = field(default_factory=Ending)
+    upstream_ended: Ending = field(default_factory=Ending)
+
+    async def relay(
+        self,
+        from_client: Coroutine[Any, Any, None],
+        from_upstream: Coroutine[Any, Any, None],
+        connection_id: str,
+    ) -> None:
+        """Relay both directions until one ends."""
+        tasks = [asyncio.create_task(from_client), asyncio.create_task(from_upstream)]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.exception() is not None:
+                    log.warning("%s websocket relay ended: %r", connection_id, task.exception())
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Each side closed the way the other ended, if it is not closed yet.
+
+        The relay may be cancelled midway through passing a close on (its handler is, when
+        the client's connection goes): the code and reason are then passed on here.
+        """
+        for ended, side in (
+            (self.client_ended, self.client),
+            (self.upstream_ended, self.upstream),
+        ):
+            if ended.code is None:
+                ended.code = side.close_code
+        await close_as(self.upstream, self.client_ended)
+        if self.client.prepared:
+            await close_as(self.client, self.upstream_ended)
+
+
+async def _pass_frames(source: _Socket, sink: _Socket, ending: Ending) -> None:
     """Every data frame of `source` to `sink`, until `source` closes; then `sink` is closed
-    with the code `source` was closed with."""
-    async for message in source:
+    the way `source` was."""
+    async for message in iter_data(source, ending):
         if message.type == aiohttp.WSMsgType.TEXT:
             await sink.send_str(message.data)
-        elif message.type == aiohttp.WSMsgType.BINARY:
-            await sink.send_bytes(message.data)
         else:
-            break
-    await sink.close(code=_sendable(source.close_code))
+            await sink.send_bytes(message.data)
+    await close_as(sink, ending)
 
 
 async def relay_websocket(
@@ -123,9 +203,7 @@ async def relay_websocket(
     app = request.app
     connection_id = request[REQUEST_ID]
     limit = current.config.limits.max_body_bytes
-    protocols = [
-        p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()
-    ]
+    protocols = _protocols(request)
     if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
         raise ProxyError(400, "invalid_websocket_handshake", _HANDSHAKE)
     try:
@@ -140,103 +218,119 @@ async def relay_websocket(
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
     )
-    tasks: list[asyncio.Task[None]] = []
+    pair = _Pair(client, upstream)
     app[METRICS].open_streams.inc()
     try:
         await client.prepare(request)
         tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
-        tasks = [
-            asyncio.create_task(_client_frames(app, client, upstream, path, tenant, connection_id)),
-            asyncio.create_task(_upstream_frames(upstream, client, tap)),
-        ]
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task.exception() is not None:
-                log.warning("%s websocket relay ended: %r", connection_id, task.exception())
+        frames = _ClientFrames(app, path, tenant, connection_id)
+        await pair.relay(
+            frames.relay(client, upstream, pair.client_ended),
+            _upstream_frames(upstream, client, tap, pair.upstream_ended),
+            connection_id,
+        )
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         app[METRICS].open_streams.dec()
-        await upstream.close()
-        if client.prepared:
-            await client.close()
+        await pair.close()
     return client
 
 
-async def _client_frames(
-    app: web.Application,
-    client: web.WebSocketResponse,
-    upstream: aiohttp.ClientWebSocketResponse,
-    path: str,
-    tenant: str | None,
-    connection_id: str,
-) -> None:
-    async for message in client:
-        if message.type == aiohttp.WSMsgType.TEXT:
-            reply, forward = await _gate_frame(app, message.data, path, tenant, connection_id)
-            if reply is not None:
-                await client.send_str(reply)
-            if forward is not None:
-                await upstream.send_str(forward)
-        elif message.type == aiohttp.WSMsgType.BINARY:
-            # A binary frame could carry a request the upstream parses: it is never relayed.
-            refused = ProxyError(400, "invalid_frame", "binary frames are not accepted")
-            await client.send_str(_error_event(pipeline.answer_to(refused)))
-        else:
-            break
+@dataclass
+class _ClientFrames:
+    """The client's side of a gated WebSocket: each frame gated, and what the connection may
+    still continue."""
+
+    app: web.Application
+    path: str
+    tenant: str | None
+    connection_id: str
+    continuations: Continuations = field(default_factory=Continuations)
+
+    async def relay(
+        self,
+        client: web.WebSocketResponse,
+        upstream: aiohttp.ClientWebSocketResponse,
+        ending: Ending,
+    ) -> None:
+        """Every frame of the client, gated, until it closes; then the upstream is closed the
+        way the client closed."""
+        async for message in iter_data(client, ending):
+            if message.type == aiohttp.WSMsgType.TEXT:
+                reply, forward = await self.gate(message.data)
+                if reply is not None:
+                    await client.send_str(reply)
+                if forward is not None:
+                    await upstream.send_str(forward)
+            else:
+                # A binary frame could carry a request the upstream parses: it is never relayed.
+                refused = ProxyError(400, "invalid_frame", "binary frames are not accepted")
+                await client.send_str(_error_event(pipeline.answer_to(refused)))
+        await close_as(upstream, ending)
+
+    async def gate(self, text: str) -> tuple[str | None, str | None]:
+        """(an error event to answer with, the frame to forward): one of them is None.
+
+        Every frame is judged, whatever its `type`: the spec gives `type` the default
+        `response.create`, so a frame without one (or with another) may be read upstream as a
+        request, and a frame with nothing to gate passes unchanged. A frame the proxy fails on
+        (a bug) is answered with a 500 error event naming its id, and the connection carries
+        on. A frame answered here evicts the response it continued, for this connection.
+        """
+        app, connection_id = self.app, self.connection_id
+        request_id = new_request_id()
+        raw = text.encode("utf-8", "surrogatepass")
+        evicted = self.continuations.refusal(raw)
+        if evicted is not None:
+            app[METRICS].requests.labels("websocket", "invalid").inc()
+            log.info(
+                "%s answered a frame of WebSocket %s: %s", request_id, connection_id, evicted.code
+            )
+            return _error_event(pipeline.answer_to(evicted)), None
+        # Each frame is gated under the config in force when it arrives (reloads apply).
+        in_force = app[IN_FORCE].current
+        try:
+            decided = await pipeline.admit(
+                pipeline.Request(raw, self.path, "websocket", request_id, self.tenant),
+                in_force.config,
+                ledger=app[LEDGER],
+                audit_log=app[AUDIT],
+                metrics=app[METRICS],
+                caches=in_force.caches,
+            )
+        except Exception:
+            log.exception(
+                "%s unexpected error on a frame of WebSocket %s", request_id, connection_id
+            )
+            self.continuations.failed(raw)
+            return _error_event(pipeline.answer_to(internal_error(request_id))), None
+        if isinstance(decided, pipeline.Answer):
+            code = decided.body["error"]["code"]
+            log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
+            self.continuations.failed(raw)
+            return _error_event(decided), None
+        app[METRICS].requests.labels("websocket", decided.outcome).inc()
+        # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
+        return None, text if decided.data is raw else decided.data.decode()
 
 
 async def _upstream_frames(
-    upstream: aiohttp.ClientWebSocketResponse, client: web.WebSocketResponse, tap: ResponseTap
+    upstream: aiohttp.ClientWebSocketResponse,
+    client: web.WebSocketResponse,
+    tap: ResponseTap,
+    ending: Ending,
 ) -> None:
-    async for message in upstream:
+    """Every frame of the upstream to the client, each event recorded as it passes; then the
+    client is closed the way the upstream closed."""
+    async for message in iter_data(upstream, ending):
         if message.type == aiohttp.WSMsgType.TEXT:
             await tap.event(message.data)
             await client.send_str(message.data)
-        elif message.type == aiohttp.WSMsgType.BINARY:
-            await client.send_bytes(message.data)
         else:
-            break
+            await client.send_bytes(message.data)
+    await close_as(client, ending)
 
 
 def _error_event(answer: pipeline.Answer) -> str:
     """The spec's WebSocket error event around an API error body."""
     event: Mapping[str, Any] = {"type": "error", "status": answer.status, **answer.body}
     return orjson.dumps(event).decode()
-
-
-async def _gate_frame(
-    app: web.Application, text: str, path: str, tenant: str | None, connection_id: str
-) -> tuple[str | None, str | None]:
-    """(an error event to answer with, the frame to forward): one of them is None.
-
-    Every frame is judged, whatever its `type`: the spec gives `type` the default
-    `response.create`, so a frame without one (or with another) may be read upstream as a
-    request, and a frame with nothing to gate passes unchanged. A frame the proxy fails on
-    (a bug) is answered with a 500 error event naming its id, and the connection carries on.
-    """
-    request_id = new_request_id()
-    # Each frame is gated under the config in force when it arrives (reloads apply).
-    in_force = app[IN_FORCE].current
-    config = in_force.config
-    raw = text.encode("utf-8", "surrogatepass")
-    try:
-        decided = await pipeline.admit(
-            pipeline.Request(raw, path, "websocket", request_id, tenant),
-            config,
-            ledger=app[LEDGER],
-            audit_log=app[AUDIT],
-            metrics=app[METRICS],
-            caches=in_force.caches,
-        )
-    except Exception:
-        log.exception("%s unexpected error on a frame of WebSocket %s", request_id, connection_id)
-        return _error_event(pipeline.answer_to(internal_error(request_id))), None
-    if isinstance(decided, pipeline.Answer):
-        code = decided.body["error"]["code"]
-        log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
-        return _error_event(decided), None
-    app[METRICS].requests.labels("websocket", decided.outcome).inc()
-    # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
-    return None, text if decided.data is raw else decided.data.decode()
