@@ -155,7 +155,7 @@ REASONS = [
     pytest.param(
         [call("c"), output("c")],
         {},
-        Ledger(chain=[call("c")]),
+        Ledger(chain=[call("c", GLOBAL)]),
         "duplicate_call_id",
         0,
         id="dup-inline-and-upstream",
@@ -163,7 +163,7 @@ REASONS = [
     pytest.param(
         [call("c"), ref("fc_c"), output("c")],
         {},
-        Ledger(stored={"fc_c": call("c")}),
+        Ledger(stored={"fc_c": call("c", GLOBAL)}),
         "duplicate_call_id",
         0,
         id="dup-inline-and-reference",
@@ -1351,7 +1351,9 @@ def test_strip_keeps_history_valid(
             [output("c")], Ledger(chain=[call("c", GLOBAL)]), id="call-in-previous-response"
         ),
         pytest.param(
-            [call("c"), output("c")], Ledger(chain=[call("c")]), id="duplicate-one-upstream"
+            [call("c"), output("c")],
+            Ledger(chain=[call("c", GLOBAL)]),
+            id="duplicate-one-upstream",
         ),
     ],
 )
