@@ -146,7 +146,9 @@ async def relay_websocket(
         await client.prepare(request)
         tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
         tasks = [
-            asyncio.create_task(_client_frames(app, client, upstream, path, tenant, connection_id)),
+            asyncio.create_task(
+                _client_frames(app, client, upstream, path, tenant, connection_id, tap)
+            ),
             asyncio.create_task(_upstream_frames(upstream, client, tap)),
         ]
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -171,10 +173,11 @@ async def _client_frames(
     path: str,
     tenant: str | None,
     connection_id: str,
+    tap: ResponseTap | None = None,
 ) -> None:
     async for message in client:
         if message.type == aiohttp.WSMsgType.TEXT:
-            reply, forward = await _gate_frame(app, message.data, path, tenant, connection_id)
+            reply, forward = await _gate_frame(app, message.data, path, tenant, connection_id, tap)
             if reply is not None:
                 await client.send_str(reply)
             if forward is not None:
@@ -207,7 +210,12 @@ def _error_event(answer: pipeline.Answer) -> str:
 
 
 async def _gate_frame(
-    app: web.Application, text: str, path: str, tenant: str | None, connection_id: str
+    app: web.Application,
+    text: str,
+    path: str,
+    tenant: str | None,
+    connection_id: str,
+    tap: ResponseTap | None = None,
 ) -> tuple[str | None, str | None]:
     """(an error event to answer with, the frame to forward): one of them is None.
 
@@ -238,5 +246,7 @@ async def _gate_frame(
         log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
         return _error_event(decided), None
     app[METRICS].requests.labels("websocket", decided.outcome).inc()
+    if tap is not None:
+        tap.expect(decided.context)  # the turn's response is recorded with its input
     # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
     return None, text if decided.data is raw else decided.data.decode()
