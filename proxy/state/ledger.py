@@ -203,11 +203,13 @@ class LedgerView:
 
     def add_chain(self, recordings: Iterable[Recording]) -> None:
         for recording in recordings:
-            for item in recording.items:
+            for index, item in enumerate(recording.items):
                 key = items.pairing_key(item)
                 if key is not None and item.get("type") != COMPACTION:
                     self.chain_calls.setdefault(key, []).append(item)
-                    self.add_emitted(item)
+                    # A call the client sent pairs, but was never emitted by an upstream.
+                    if index >= recording.inputs:
+                        self.add_emitted(item)
 
     def tools_wanted(self, offered: Iterable[str]) -> set[str]:
         """The tool hashes of recorded calls named by no tool in `offered` (the request's):

@@ -56,12 +56,15 @@ class MemoryStore:
         if key in self._responses:
             self._forget(key)
         self._responses[key] = (now + self.ttl_s, recording)
-        for item in recording.items:
+        for index, item in enumerate(recording.items):
             item_id = item.get("id")
-            if isinstance(item_id, str):
+            sent = index < recording.inputs
+            # An item a client sent never replaces one an upstream emitted under its id.
+            if isinstance(item_id, str) and not (sent and (tenant, item_id) in self._items):
                 self._items[(tenant, item_id)] = item
             call_key = items.pairing_key(item)
-            if call_key is not None:
+            # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
+            if call_key is not None and not sent:
                 self._calls.setdefault((tenant, call_key), []).append(item)
         self._expire(now)
 
@@ -185,13 +188,16 @@ class RedisStore:
                 # Stored once per hash; every response that names it keeps it alive.
                 pipe.set(tools_key, json.dumps(tools), ex=self.ttl, nx=True)
             pipe.expire(tools_key, self.ttl)
-        for item in recording.items:
+        for index, item in enumerate(recording.items):
             item_id = item.get("id")
             encoded = json.dumps(item)
+            sent = index < recording.inputs
             if isinstance(item_id, str):
-                pipe.set(self._key(tenant, "item", item_id), encoded, ex=self.ttl)
+                # An item a client sent never replaces one an upstream emitted under its id.
+                pipe.set(self._key(tenant, "item", item_id), encoded, ex=self.ttl, nx=sent)
             call_key = items.pairing_key(item)
-            if call_key is not None:
+            # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
+            if call_key is not None and not sent:
                 pipe.rpush(self._key(tenant, "call", call_key), encoded)
                 pipe.expire(self._key(tenant, "call", call_key), self.ttl)
         await self._run(pipe.execute())
