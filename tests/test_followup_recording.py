@@ -249,8 +249,8 @@ CONTEXTS = [
     pytest.param(
         {"input": [{"type": "message", "id": "msg_9", "role": "user", "content": "x"}]},
         Verdict("forward"),
-        [{"type": "message", "id": "msg_9"}],
-        id="message-by-its-id-only",
+        [],
+        id="messages-of-input-left-out",
     ),
     pytest.param(
         {"input": [INLINE_CALL | {items.RECORDED_TOOLS: "forged"}]},

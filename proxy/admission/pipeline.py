@@ -137,23 +137,27 @@ async def admit(
     added = MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS
     compacts = targets.GATED[request.path] == "responses_compact"
     recorded = context_of(parsed, verdict, view, compacts=compacts)
+    # A WebSocket frame of another type (the spec defaults it to `response.create`) makes no
+    # response: the relay must not wait for one to record with this context.
+    record = request.transport != "websocket" or parsed.get("type") in (None, "response.create")
     if verdict.outcome == "strip":
         assert verdict.input is not None
         data = body.stripped(parsed, verdict.input)
-        return Forward(data, _DECODED, added, "strip", True, recorded)
+        return Forward(data, _DECODED, added, "strip", record, recorded)
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
-    return Forward(decoded, _DECODED, added, "forward", True, recorded)
+    return Forward(decoded, _DECODED, added, "forward", record, recorded)
 
 
 def context_of(
     parsed: Mapping[str, Any], verdict: Verdict, view: LedgerView | None, *, compacts: bool
 ) -> Context:
-    """What the response this request creates is recorded with: the items of its input that
+    """What the response this request creates is recorded with: the calls of its input that
     went upstream and passed the gate (none a finding named), an `item_reference` or a
     compaction item as the recorded items it stands for, and the function tools it offered.
 
-    A call answered in the same input is left out: no later output may answer it again. A
+    A call answered in the same input is left out: no later output may answer it again; so are
+    messages (those the proxy relayed were recorded with the response that made them). A
     `/compact` request's context also holds the unanswered calls of the chain it names.
     """
     tools = tuple(items.tool_schemas(parsed.get("tools")))
@@ -182,7 +186,11 @@ def context_of(
                 continue
             calls = resolved.get("calls") if resolved.get("type") == COMPACTION else [resolved]
             found += _unanswered(calls if isinstance(calls, list) else (), answered)
-        elif item_kind is not None and item_kind != items.FUNCTION_CALL_OUTPUT:
+        elif item_kind == items.FUNCTION_CALL or (
+            item_kind != items.FUNCTION_CALL_OUTPUT and isinstance(item, dict) and "call_id" in item
+        ):
+            # Only what an output may answer: a client that resends its whole history each
+            # turn must not make every response hold that history again.
             found += _unanswered((item,), answered, tools_key, trusted=False)
     if not found and not tools and not compacts:
         return NO_CONTEXT

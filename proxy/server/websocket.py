@@ -246,7 +246,7 @@ async def _gate_frame(
         log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
         return _error_event(decided), None
     app[METRICS].requests.labels("websocket", decided.outcome).inc()
-    if tap is not None:
+    if tap is not None and decided.record:
         tap.expect(decided.context)  # the turn's response is recorded with its input
     # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
     return None, text if decided.data is raw else decided.data.decode()
