@@ -66,9 +66,20 @@ def call_of(response: Any) -> dict[str, Any]:
     return dict(call.model_dump(exclude_none=True))
 
 
+async def create(sdk: AsyncOpenAI, *, stream: bool, **request: Any) -> Any:
+    """responses.create, streamed or not; the final response either way."""
+    if not stream:
+        return await sdk.responses.create(model=MODEL, **request)
+    events = await sdk.responses.create(model=MODEL, stream=True, **request)
+    [done] = [e.response async for e in events if isinstance(e, ResponseCompletedEvent)]
+    return done
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("via", VIAS)
 async def test_a_call_sent_inline_is_answered_on_the_next_turn(
     via: Via,
+    stream: bool,
     context_upstream: ContextUpstream,
     start_proxy: ProxyFactory,
     client_for: Clients,
@@ -82,17 +93,16 @@ async def test_a_call_sent_inline_is_answered_on_the_next_turn(
         "arguments": '{"region":"emea"}',
         "status": "completed",
     }
-    first = await sdk.responses.create(
-        model=MODEL,
-        tools=TOOLS,
-        input=[{"role": "user", "content": "sales?"}, inline],  # type: ignore[list-item]
+    first = await create(
+        sdk, stream=stream, tools=TOOLS, input=[{"role": "user", "content": "sales?"}, inline]
     )
 
-    answer = await sdk.responses.create(
-        model=MODEL,
+    answer = await create(
+        sdk,
+        stream=stream,
         tools=TOOLS,
         previous_response_id=first.id,
-        input=[sales_output("call_inline", "emea: 7")],  # type: ignore[list-item]
+        input=[sales_output("call_inline", "emea: 7")],
     )
 
     assert text_of(answer) == "tool said: emea: 7"
