@@ -13,7 +13,7 @@ from typing import Any
 from proxy import settings
 from proxy.gate import items
 from proxy.gate.items import Item
-from proxy.state.ledger import LedgerFault, Recording, Store
+from proxy.state.ledger import COMPACTION, LedgerFault, Recording, Store
 
 
 def open_store(settings: settings.Ledger) -> Store:
@@ -64,7 +64,7 @@ class MemoryStore:
                 self._items[(tenant, item_id)] = item
             call_key = items.pairing_key(item)
             # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
-            if call_key is not None and not sent:
+            if call_key is not None and not sent and item.get("type") != COMPACTION:
                 self._calls.setdefault((tenant, call_key), []).append(item)
         self._expire(now)
 
@@ -197,7 +197,7 @@ class RedisStore:
                 pipe.set(self._key(tenant, "item", item_id), encoded, ex=self.ttl, nx=sent)
             call_key = items.pairing_key(item)
             # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
-            if call_key is not None and not sent:
+            if call_key is not None and not sent and item.get("type") != COMPACTION:
                 pipe.rpush(self._key(tenant, "call", call_key), encoded)
                 pipe.expire(self._key(tenant, "call", call_key), self.ttl)
         await self._run(pipe.execute())
