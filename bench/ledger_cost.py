@@ -1,7 +1,8 @@
 """What the ledger costs: memory per recorded response, and the time the Redis backend adds.
 
 `python bench/ledger_cost.py` — starts its own redis-server on a free loopback port (Debian's
-`redis-server` must be installed), records typical responses in the memory store and in Redis,
+`redis-server` must be installed), measures what the memory store holds per recorded response
+and per recorded item of each kind, records typical responses in the memory store and in Redis,
 and times a follow-up turn's ledger work (record the response, then read the chain back), the
 per-request cost the ledger adds on top of the gate. Medians of many samples; prints Markdown.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import shutil
 import socket
 import statistics
@@ -18,12 +20,13 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.state.ledger import Ledger, Store
+from proxy.state.ledger import Context, Ledger, Store, kept, tools_key
 from proxy.state.stores import MemoryStore, RedisStore
 
 SAMPLES = 2000
@@ -66,19 +69,73 @@ def follow_up(n: int) -> dict[str, Any]:
     }
 
 
-async def memory_per_response(count: int) -> float:
+TOOLS = (("get_latest_sales_report", {"type": "object", "properties": {"region": {}}}),)
+
+
+def call_item(n: int, k: int) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{n:012d}_{k}",
+        "call_id": f"call_{n:012d}_{k}",
+        "name": "get_latest_sales_report",
+        "status": "completed",
+        "arguments": '{"region":"emea","week":"2026-W47"}',
+    }
+
+
+def message_item(n: int, k: int) -> dict[str, Any]:
+    text = [{"type": "output_text", "text": "Checking the report.", "annotations": []}]
+    return {"type": "message", "id": f"msg_{n:012d}_{k}", "role": "assistant", "content": text}
+
+
+def shaped(n: int, calls: int, messages: int, inputs: int) -> tuple[dict[str, Any], list[Any]]:
+    """A response with `calls` calls and `messages` messages in its output, made by a request
+    that sent `inputs` unanswered calls (and offered one tool)."""
+    output = [call_item(n, k) for k in range(calls)] + [message_item(n, k) for k in range(messages)]
+    sent = [call_item(n, 100 + k) for k in range(inputs)]
+    return {"id": f"resp_{n:012d}", "object": "response", "output": output}, sent
+
+
+async def memory_per_response(
+    count: int, make: Callable[[int], tuple[dict[str, Any], list[Any]]]
+) -> float:
+    """Bytes the memory store holds per recorded response made by `make` (tracemalloc).
+
+    Each response and its request's input are parsed from JSON inside the measurement, as the
+    proxy parses them, so that the strings the store keeps are counted."""
     store = MemoryStore(max_responses=count * 2, ttl_s=3600)
     ledger = Ledger(store, max_chain=64, fail_open=False)
-    responses = [response(n) for n in range(count)]
+    encoded = [tuple(json.dumps(part) for part in make(n)) for n in range(count)]
+    key = tools_key(TOOLS)
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    for r in responses:
-        await ledger.record("tenant", r)
+    for answer, sent in encoded:
+        found = [kept(item, key) for item in json.loads(sent)]
+        context = Context.of([item for item in found if item is not None], TOOLS, False)
+        await ledger.record("tenant", json.loads(answer), context)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     return (after - before) / count
+
+
+async def memory_costs(count: int) -> list[tuple[str, float]]:
+    """Bytes per recorded response of several shapes, and per recorded item of each kind."""
+    empty = await memory_per_response(count, lambda n: shaped(n, 0, 0, 0))
+    one_call = await memory_per_response(count, lambda n: shaped(n, 1, 0, 0))
+    many_calls = await memory_per_response(count, lambda n: shaped(n, 11, 0, 0))
+    many_messages = await memory_per_response(count, lambda n: shaped(n, 1, 10, 0))
+    many_inputs = await memory_per_response(count, lambda n: shaped(n, 1, 0, 10))
+    typical = await memory_per_response(count, lambda n: (response(n), []))
+    return [
+        ("a response with nothing to pair (its tools by hash)", empty),
+        ("a response with one call", one_call),
+        ("a typical tool turn: reasoning, a call, a message", typical),
+        ("each further call in its output", (many_calls - one_call) / 10),
+        ("each message id in its output", (many_messages - one_call) / 10),
+        ("each unanswered call of the request's input", (many_inputs - one_call) / 10),
+    ]
 
 
 async def turn_cost(store: Store) -> tuple[float, float]:
@@ -136,7 +193,7 @@ def start_redis(directory: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 async def main() -> None:
-    per_response = await memory_per_response(20_000)
+    costs = await memory_costs(10_000)
     memory = await turn_cost(MemoryStore(max_responses=100_000, ttl_s=3600))
     with tempfile.TemporaryDirectory() as directory:
         redis, url = start_redis(directory)
@@ -156,10 +213,9 @@ async def main() -> None:
         ("per turn, µs", sum(memory), sum(shared)),
     ):
         lines.append(f"| {label} | {m:,.1f} | {r:,.1f} | {r - m:,.1f} |")
-    lines.append(
-        f"\nMemory store: {per_response:,.0f} bytes per recorded response (tracemalloc; 20,000 "
-        "responses of a reasoning item, a function call and a message)."
-    )
+    lines += ["", "| memory store, per recorded | bytes |", "| :--- | ---: |"]
+    lines += [f"| {label} | {cost:,.0f} |" for label, cost in costs]
+    lines.append("\n(tracemalloc over 10,000 responses of each shape; tools stored once per hash.)")
     print("\n".join(lines))  # noqa: T201
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
 from proxy.admission import body, targets
 from proxy.config import Config
+from proxy.gate import items
 from proxy.gate.arguments import compile_schemas, pending_schemas
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
@@ -24,7 +25,15 @@ from proxy.gate.pairing import NOTHING_RECORDED
 from proxy.gate.verdict import Verdict, inspect, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
-from proxy.state.ledger import Ledger
+from proxy.state.ledger import (
+    COMPACTION,
+    NO_CONTEXT,
+    Context,
+    Ledger,
+    LedgerView,
+    kept,
+)
+from proxy.state.ledger import tools_key as tools_key_of
 from proxy.state.metrics import Metrics
 
 Transport = Literal["http", "websocket", "extproc"]
@@ -79,6 +88,8 @@ class Forward:
     add_headers: Mapping[str, str]  # to the answer relayed back (`x-replay-gate`)
     outcome: Literal["forward", "strip"]
     record: bool  # the upstream's answer is a response the ledger records
+    # What the response it creates is recorded with: the input that passed, the tools offered.
+    context: Context = NO_CONTEXT
 
 
 def answer_to(error: ProxyError) -> Answer:
@@ -117,20 +128,88 @@ async def admit(
         return answer_to(exc)
     if caches is None:
         caches = GateCaches.for_policy(config.gate)
-    verdict = await _inspect(request, parsed, config, ledger, audit_log, metrics, caches)
+    verdict, view = await _inspect(request, parsed, config, ledger, audit_log, metrics, caches)
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
         metrics.requests.labels(label, "block").inc()
         return Answer(400, rejection(verdict, request_id=request.request_id), _NOT_RETRIED)
     header = verdict.header()
     added = MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS
-    record = targets.GATED[request.path] == "responses"
+    compacts = targets.GATED[request.path] == "responses_compact"
+    recorded = context_of(parsed, verdict, view, compacts=compacts)
+    # A WebSocket frame of another type (the spec defaults it to `response.create`) makes no
+    # response: the relay must not wait for one to record with this context.
+    record = request.transport != "websocket" or parsed.get("type") in (None, "response.create")
     if verdict.outcome == "strip":
         assert verdict.input is not None
-        return Forward(body.stripped(parsed, verdict.input), _DECODED, added, "strip", record)
+        data = body.stripped(parsed, verdict.input)
+        return Forward(data, _DECODED, added, "strip", record, recorded)
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
-    return Forward(decoded, _DECODED, added, "forward", record)
+    return Forward(decoded, _DECODED, added, "forward", record, recorded)
+
+
+def context_of(
+    parsed: Mapping[str, Any], verdict: Verdict, view: LedgerView | None, *, compacts: bool
+) -> Context:
+    """What the response this request creates is recorded with: the calls of its input that
+    went upstream and passed the gate (none a finding named), an `item_reference` or a
+    compaction item as the recorded items it stands for, and the function tools it offered.
+
+    A call answered in the same input is left out: no later output may answer it again; so are
+    messages (those the proxy relayed were recorded with the response that made them). A
+    `/compact` request's context also holds the unanswered calls of the chain it names.
+    """
+    tools = tuple(items.tool_schemas(parsed.get("tools")))
+    listed = parsed.get("input")
+    input_items = listed if isinstance(listed, list) else []
+    named = {i for f in verdict.findings for i in (f.index, f.paired_index) if i is not None}
+    sent = None if verdict.input is None else {id(item) for item in verdict.input}
+    answered = {
+        call_id
+        for item in (input_items if verdict.input is None else verdict.input)
+        if items.is_output(item)
+        if (call_id := items.output_call_id(item)) is not None
+    }
+    tools_key = tools_key_of(tools) if tools else None
+    found: list[dict[str, Any]] = []
+    if compacts and view is not None:
+        found += _unanswered((c for calls in view.chain_calls.values() for c in calls), answered)
+    for index, item in enumerate(input_items):
+        if index in named or (sent is not None and id(item) not in sent):
+            continue
+        item_kind = items.kind(item)
+        if item_kind in (items.ITEM_REFERENCE, COMPACTION):
+            ref = items.reference_id(item)
+            resolved = view.item(ref) if view is not None and ref is not None else None
+            if resolved is None:
+                continue
+            calls = resolved.get("calls") if resolved.get("type") == COMPACTION else [resolved]
+            found += _unanswered(calls if isinstance(calls, list) else (), answered)
+        elif item_kind == items.FUNCTION_CALL or (
+            item_kind != items.FUNCTION_CALL_OUTPUT and isinstance(item, dict) and "call_id" in item
+        ):
+            # Only what an output may answer: a client that resends its whole history each
+            # turn must not make every response hold that history again.
+            found += _unanswered((item,), answered, tools_key, trusted=False)
+    if not found and not tools and not compacts:
+        return NO_CONTEXT
+    return Context(tuple(found), tools, compacts, tools_key)
+
+
+def _unanswered(
+    found: Iterable[Any],
+    answered: set[str],
+    tools: str | None = None,
+    *,
+    trusted: bool = True,
+) -> list[dict[str, Any]]:
+    return [
+        recorded
+        for item in found
+        if isinstance(item, dict) and items.pairing_key(item) not in answered
+        if (recorded := kept(item, tools, trusted=trusted)) is not None
+    ]
 
 
 async def _inspect(
@@ -141,7 +220,7 @@ async def _inspect(
     audit_log: AuditLog,
     metrics: Metrics,
     caches: GateCaches,
-) -> Verdict:
+) -> tuple[Verdict, LedgerView | None]:
     """Gate a parsed body against its recorded history; count and audit what it finds."""
     gate = config.gate
     tenant = request.tenant
@@ -166,4 +245,4 @@ async def _inspect(
             ),
             verdict,
         )
-    return verdict
+    return verdict, view

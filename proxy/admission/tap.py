@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from proxy.admission import body
-from proxy.state.ledger import Ledger
+from proxy.state.ledger import NO_CONTEXT, Context, Ledger
 
 log = logging.getLogger("replay_proxy")
 
@@ -26,6 +27,9 @@ class Recording:
     tenant: str
     limit: int
     request_id: str
+    # The context of the request that creates the response; None for an answer that reads a
+    # response again (`GET /v1/responses/{id}`), which keeps the context recorded at its creation.
+    context: Context | None = NO_CONTEXT
 
     def tap(
         self, status: int, content_type: str, content_encoding: str, content_length: int | None
@@ -41,6 +45,7 @@ class Recording:
             self.limit,
             content_encoding,
             self.request_id,
+            self.context,
         )
 
 
@@ -49,6 +54,9 @@ class ResponseTap:
 
     `feed` sees each chunk before it is forwarded, so a follow-up turn sent the moment the
     client has the whole answer finds the record, on any proxy process sharing the store.
+
+    On a WebSocket one tap sees every turn: `expect` queues each forwarded turn's context, and
+    each turn's end (completed, incomplete, failed, or an error event) takes the next one.
     """
 
     def __init__(
@@ -60,8 +68,11 @@ class ResponseTap:
         limit: int,
         content_encoding: str = "",
         request_id: str = "-",
+        context: Context | None = NO_CONTEXT,
     ) -> None:
         self.ledger = ledger
+        self.context = context
+        self.turns: deque[Context] | None = None
         self.request_id = request_id
         self.tenant = tenant
         self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
@@ -126,8 +137,23 @@ class ResponseTap:
             response = orjson.loads(data)
         except orjson.JSONDecodeError:
             return
-        if isinstance(response, dict) and response.get("object") == "response":
-            await self.ledger.record(self.tenant, response)
+        if not isinstance(response, dict):
+            return
+        kind = response.get("object")
+        compacts = self.context is not None and self.context.compacts
+        if kind == "response" or (kind == "response.compaction" and compacts):
+            await self.ledger.record(self.tenant, response, self.context)
+
+    def expect(self, context: Context) -> None:
+        """A WebSocket turn was forwarded with this context: its response is recorded with it."""
+        if self.turns is None:
+            self.turns = deque()
+        self.turns.append(context)
+
+    def _turn_context(self) -> Context | None:
+        if self.turns is None:
+            return self.context
+        return self.turns.popleft() if self.turns else NO_CONTEXT
 
     def _unrecorded(self, fault: body.BodyError) -> None:
         """The tap cannot read this answer in its coding: it goes by, relayed, unrecorded."""
@@ -181,13 +207,24 @@ class ResponseTap:
             if not response.get("output") and self.done_items:
                 response = {**response, "output": self.done_items}
             self.done_items = []
-            await self.ledger.record(self.tenant, response)
+            await self.ledger.record(self.tenant, response, self._turn_context())
+        elif kind in _FAILED and self.turns:
+            self.done_items = []
+            self.turns.popleft()  # the turn ended without a response to record
 
 
+_FAILED = ("response.failed", "error")
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _MARKERS_OF: dict[type, tuple[Any, ...]] = {
     bytes: (b"response.completed", b"response.incomplete", b"response.output_item.done"),
-    str: ("response.completed", "response.incomplete", "response.output_item.done"),
+    # WebSocket frames: a failed turn ends too (its queued context is dropped).
+    str: (
+        "response.completed",
+        "response.incomplete",
+        "response.output_item.done",
+        "error",
+        "response.failed",
+    ),
 }
 
 

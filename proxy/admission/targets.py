@@ -22,6 +22,8 @@ GATED = {
     "/responses": "responses",
     "/responses/compact": "responses_compact",
 }
+# `GET` of one of these reads a stored response again (`/v1/responses/{response_id}`).
+_RESPONSE_READ = re.compile(r"(?:/v1)?/responses/(?!compact$)[^/]+")
 # The first segment of the proxy's own namespace (`/-/healthy`): nothing under it is forwarded.
 OWN = "-"
 
@@ -235,3 +237,9 @@ def _resolve(segments: list[str], *, keep_empty: bool) -> list[str]:
         if segment or keep_empty:
             out.append(segment)
     return out
+
+
+def reads_response(path: str) -> bool:
+    """Whether a `GET` of this normalised path reads one stored response (whose answer the
+    ledger records like the answer that created it)."""
+    return _RESPONSE_READ.fullmatch(path) is not None

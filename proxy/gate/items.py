@@ -9,6 +9,10 @@ FUNCTION_CALL = "function_call"
 FUNCTION_CALL_OUTPUT = "function_call_output"
 ITEM_REFERENCE = "item_reference"
 MESSAGE = "message"
+# Keys only the ledger puts on the calls it recorded (never read from a client's item): the hash
+# of the tools of the request that made the call, and the parameters of the call's own tool.
+RECORDED_TOOLS = "replay-proxy:tools"
+RECORDED_SCHEMAS = "replay-proxy:schemas"
 
 Item = Mapping[str, Any]
 

@@ -9,6 +9,8 @@ from typing import Any, Protocol
 from proxy.gate import items
 from proxy.gate.items import Item
 
+COMPACTION = "compaction"
+
 
 class Recorded(Protocol):
     """What the proxy recorded of earlier upstream responses (the ledger), as the gate sees it.
@@ -32,6 +34,21 @@ class Recorded(Protocol):
         """The `status` of each call with this call's `call_id`, `name` and `arguments` that an
         upstream response relayed to this tenant emitted; empty when none did."""
         ...
+
+
+# What makes two items the same call; `id` and `status` count only where both have one.
+_IDENTITY = ("type", "call_id", "name", "arguments")
+
+
+def same_call(one: Item, other: Item) -> bool:
+    """Whether two items found for one `call_id` are the same call reached by two routes."""
+    if any(one.get(k) != other.get(k) for k in _IDENTITY):
+        return False
+    for key in ("id", "status"):
+        mine, theirs = one.get(key), other.get(key)
+        if mine is not None and theirs is not None and mine != theirs:
+            return False
+    return True
 
 
 class NothingRecorded:
@@ -65,6 +82,9 @@ class Pairing:
         self.referenced: dict[str, list[int]] = {}
         self.resolved: dict[int, Item] = {}
         self.outputs: dict[str, list[int]] = {}
+        # Pairing keys -> (index, call) of the calls inside each compaction item of input (the
+        # ledger recorded what a `/compact` request compacted), in input order.
+        self.compacted: dict[str, list[tuple[int, Item]]] = {}
         # Items that are findings of their own: references to nothing recorded, ambiguous items.
         self.unknown: set[int] = set()
         self.ambiguous: set[int] = set()
@@ -82,6 +102,7 @@ class Pairing:
                     # An upstream that stores items may resolve it to anything, an output too.
                     self.unknown.add(index)
                     continue
+                self.add_compacted(index, resolved)
                 key = items.pairing_key(resolved)
                 if key is not None:
                     self.referenced.setdefault(key, []).append(index)
@@ -89,9 +110,21 @@ class Pairing:
             elif isinstance(item, dict):
                 if item_kind is None and items.is_ambiguous(item):
                     self.ambiguous.add(index)
+                if item_kind == COMPACTION and (ref := items.reference_id(item)) is not None:
+                    compacted = self.recorded.item(ref)
+                    if compacted is not None:
+                        self.add_compacted(index, compacted)
                 key = items.pairing_key_of(item, item_kind)
                 if key is not None:
                     self.candidates.setdefault(key, []).append(index)
+
+    def add_compacted(self, index: int, recorded: Item) -> None:
+        """The calls a recorded compaction item stands for, found at `index` of input."""
+        calls = recorded.get("calls") if recorded.get("type") == COMPACTION else None
+        for call in calls if isinstance(calls, list) else ():
+            key = items.pairing_key(call)
+            if key is not None:
+                self.compacted.setdefault(key, []).append((index, call))
 
     def paired(self, index: int, call_id: str) -> tuple[int, int, Sequence[Item]]:
         """The candidates for `call_id` that precede `index`: how many inline, how many by
@@ -102,13 +135,33 @@ class Pairing:
         """
         inline = bisect_left(self.candidates.get(call_id, []), index)
         by_reference = bisect_left(self.referenced.get(call_id, []), index)
-        return inline, by_reference, self.recorded.calls(call_id)
+        compacted = [call for at, call in self.compacted.get(call_id, ()) if at < index]
+        chain = self.recorded.calls(call_id)
+        return inline, by_reference, [*compacted, *chain] if compacted else chain
+
+    def distinct(
+        self, call_id: str, inline: int, by_reference: int, upstream: Sequence[Item]
+    ) -> int:
+        """How many calls the candidates `paired` found are. Each inline call and each
+        reference is one (the upstream reads each), but the same call found again by another
+        route (a reference to an inline call, the recorded chain, a compaction) is not another."""
+        if inline > 1 or by_reference > 1 or inline + by_reference + len(upstream) <= 1:
+            return inline + by_reference + len(upstream)
+        seen: list[Item] = []
+        if inline:
+            seen.append(self.input[self.candidates[call_id][0]])
+        found = [self.resolved[self.referenced[call_id][0]]] if by_reference else []
+        for call in (*found, *upstream):
+            if not any(same_call(call, other) for other in seen):
+                seen.append(call)
+        return len(seen)
 
     def pairs_upstream(self, call_id: str | None) -> bool:
-        """Whether a call with `call_id` lives upstream, in the recorded chain."""
+        """Whether a call with `call_id` lives upstream: in the recorded chain, or inside a
+        compaction item (stripping its output would leave the call without one)."""
         if call_id is None:
             return False
-        return bool(self.recorded.calls(call_id))
+        return call_id in self.compacted or bool(self.recorded.calls(call_id))
 
     def without(self, removed: set[int], latest: dict[str, int]) -> list[Any]:
         """The input less `removed` (stripped outputs and items), less the inline pairs that

@@ -227,13 +227,13 @@ class _Inspection:
         name = call.get("name")
         arguments = call.get("arguments")
         if (
-            inline + by_reference + len(upstream) > 1
+            self.pairing.distinct(call_id, inline, by_reference, upstream) > 1
             or len(self.pairing.outputs.get(call_id, ())) > 1
         ):
             return self.finding(
                 index, call_id, "duplicate_call_id", paired_index, name, arguments=arguments
             )
-        reason = self.check_call(call)
+        reason = self.check_call(call, recorded=not inline)
         if reason is None:
             return None
         if isinstance(reason, tuple):
@@ -242,8 +242,12 @@ class _Inspection:
             )
         return self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
 
-    def check_call(self, call: Item) -> str | tuple[Violation, ...] | None:
-        """The first reason the paired item fails, schema violations, or None when it passes."""
+    def check_call(self, call: Item, *, recorded: bool) -> str | tuple[Violation, ...] | None:
+        """The first reason the paired item fails, schema violations, or None when it passes.
+
+        A `recorded` call (read from the ledger, not sent inline) whose tool neither the config
+        pins nor the request offers is judged by the schema of its own tool, recorded with it.
+        """
         status = call.get("status")
         # Asked only when it matters: most replayed calls carry their status.
         emitted: Sequence[Any] = ()
@@ -272,6 +276,8 @@ class _Inspection:
             return "arguments_type"
         name = call.get("name")
         schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
+        if not schemas and recorded:
+            schemas, key = self.recorded_schemas(call.get(items.RECORDED_SCHEMAS))
         cached = self.caches.verdicts.get((key, arguments))
         if cached is None:
             cached = check_arguments(arguments, schemas, self.allowance)
@@ -295,20 +301,27 @@ class _Inspection:
             found = self.compiled[name] = (schemas, key)
         return found
 
+    def recorded_schemas(
+        self, recorded: Any
+    ) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
+        """The schemas of a call's own tool, as the ledger recorded them with the call."""
+        found = [self.compile(p) for p in recorded] if isinstance(recorded, list) else []
+        return found, tuple(s.key if isinstance(s, Compiled) else 0 for s in found)
+
+    def compile(self, parameters: Any) -> Compiled | SchemaError:
+        # A function tool without parameters constrains nothing but strict JSON.
+        schema = {} if parameters is None else parameters
+        try:
+            return self.caches.schemas.compile(schema, self.policy.schema_limits)
+        except SchemaError as exc:
+            return exc
+
     def compile_request_schemas(self, name: str) -> list[Compiled | SchemaError]:
         if self.request_schemas is None:
             self.request_schemas = {}
             for tool_name, parameters in items.tool_schemas(self.body.get("tools")):
                 self.request_schemas.setdefault(tool_name, []).append(parameters)
-        found: list[Compiled | SchemaError] = []
-        for parameters in self.request_schemas.get(name, ()):
-            # A function tool without parameters constrains nothing but strict JSON.
-            schema = {} if parameters is None else parameters
-            try:
-                found.append(self.caches.schemas.compile(schema, self.policy.schema_limits))
-            except SchemaError as exc:
-                found.append(exc)
-        return found
+        return [self.compile(parameters) for parameters in self.request_schemas.get(name, ())]
 
     def stripped(self, findings: list[Finding]) -> list[Any]:
         """The input without stripped outputs and their inline pairs, closed so nothing dangles."""

@@ -244,7 +244,24 @@ async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
         return await gate(request, current, tenant, gated, target.query)
     data = request.content.iter_any() if request.body_exists else None
     headers = upstream_headers(request.headers, current.config, _KEEP_ALL)
-    return await relay(request, current, "passthrough", target.forward, data, headers)
+    recording = None
+    if request.method == "GET" and targets.reads_response(target.path):
+        # A response read again (a background one, done by now) is recorded like a POST's
+        # answer: its follow-up pairs with the calls it shows.
+        limit = current.config.limits.max_body_bytes
+        recording = Recording(request.app[LEDGER], tenant or "-", limit, request[REQUEST_ID], None)
+        _readable_encodings(headers)
+    return await relay(
+        request, current, "passthrough", target.forward, data, headers, recording=recording
+    )
+
+
+def _readable_encodings(headers: CIMultiDict[str]) -> None:
+    """Leave in the upstream's `Accept-Encoding` only codings the tap can read."""
+    if "Accept-Encoding" in headers:
+        headers["Accept-Encoding"] = readable_accept_encoding(
+            ", ".join(headers.popall("Accept-Encoding"))
+        )
 
 
 async def relay(
@@ -325,11 +342,9 @@ async def gate(
     recording = None
     upstream = upstream_headers(headers, config, decided.drop_headers)
     if decided.record:
-        recording = Recording(app[LEDGER], tenant or "-", config.limits.max_body_bytes, request_id)
-        if "Accept-Encoding" in upstream:
-            upstream["Accept-Encoding"] = readable_accept_encoding(
-                ", ".join(upstream.popall("Accept-Encoding"))
-            )
+        limit = config.limits.max_body_bytes
+        recording = Recording(app[LEDGER], tenant or "-", limit, request_id, decided.context)
+        _readable_encodings(upstream)
     return await relay(
         request,
         current,

@@ -223,7 +223,7 @@ async def relay_websocket(
     try:
         await client.prepare(request)
         tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
-        frames = _ClientFrames(app, path, tenant, connection_id)
+        frames = _ClientFrames(app, path, tenant, connection_id, tap=tap)
         await pair.relay(
             frames.relay(client, upstream, pair.client_ended),
             _upstream_frames(upstream, client, tap, pair.upstream_ended),
@@ -245,6 +245,7 @@ class _ClientFrames:
     tenant: str | None
     connection_id: str
     continuations: Continuations = field(default_factory=Continuations)
+    tap: ResponseTap | None = None  # records each forwarded turn's response with its input
 
     async def relay(
         self,
@@ -309,6 +310,8 @@ class _ClientFrames:
             self.continuations.failed(raw)
             return _error_event(decided), None
         app[METRICS].requests.labels("websocket", decided.outcome).inc()
+        if self.tap is not None and decided.record:
+            self.tap.expect(decided.context)  # the turn's response is recorded with its input
         # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
         return None, text if decided.data is raw else decided.data.decode()
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,8 +16,10 @@ from proxy.gate.items import Item
 log = logging.getLogger("replay_proxy")
 
 # What the gate needs of a recorded item; the rest (message text, reasoning) is not kept.
-_KEPT_FIELDS = ("type", "id", "call_id", "name", "arguments", "status")
-_SHARED_FIELDS = frozenset({"type", "name", "status"})
+# `TOOLS` names, on a recorded call, the tools of the request that made it (their hash).
+_KEPT_FIELDS = ("type", "id", "call_id", "name", "arguments", "status", items.RECORDED_TOOLS)
+_SHARED_FIELDS = frozenset({"type", "name", "status", items.RECORDED_TOOLS})
+COMPACTION = "compaction"
 
 
 class LedgerFault(Exception):
@@ -28,36 +31,145 @@ def _shared(key: str, value: Any) -> Any:
     return sys.intern(value) if key in _SHARED_FIELDS and type(value) is str else value
 
 
+def kept(item: Item, tools: str | None = None, *, trusted: bool = False) -> dict[str, Any] | None:
+    """The fields of `item` the gate needs, or None when it is nothing to pair or refer to: a
+    message is kept only by its `id` (an `item_reference` may name it), its text never.
+
+    A function_call is tagged with `tools`, the hash of the tools it was made with, unless it is
+    `trusted` (read from the ledger) and tagged already.
+    """
+    item_kind = items.kind(item)
+    if item_kind == items.MESSAGE:
+        item_id = item.get("id")
+        if not isinstance(item_id, str):
+            return None
+        return {"type": items.MESSAGE, "id": item_id}
+    found = {k: _shared(k, item[k]) for k in _KEPT_FIELDS if k in item}
+    if not trusted:
+        found.pop(items.RECORDED_TOOLS, None)  # only the ledger says which tools made a call
+    if tools is not None and item_kind == items.FUNCTION_CALL:
+        found.setdefault(items.RECORDED_TOOLS, sys.intern(tools))
+    return found
+
+
+def tools_key(tools: Sequence[tuple[str, Any]]) -> str:
+    """The hash a set of function tools is stored under, once for every response it made."""
+    canonical = json.dumps(tools, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a forwarded request adds to the responses it creates (the spec's context is the
+    previous response's input + output): its input items that passed the gate, kept as the gate
+    needs them, and the function tools it offered (name, parameters).
+
+    `compacts` is set for a `/compact` request: the compaction item its answer holds stands for
+    `items` (the calls that went into it), and a later output pairs with them through it.
+    """
+
+    items: tuple[dict[str, Any], ...] = ()
+    tools: tuple[tuple[str, Any], ...] = ()
+    compacts: bool = False
+    tools_key: str | None = None  # `tools_key(tools)`, hashed once
+
+    @classmethod
+    def of(
+        cls, found: Sequence[dict[str, Any]], tools: Sequence[tuple[str, Any]], compacts: bool
+    ) -> Context:
+        tools = tuple(tools)
+        return cls(tuple(found), tools, compacts, tools_key(tools) if tools else None)
+
+
+NO_CONTEXT = Context()
+
+
 @dataclass(frozen=True, slots=True)
 class Recording:
-    """One upstream response as the gate needs it: its id, its predecessor, its pairable items."""
+    """One upstream response as the gate needs it: its id, its predecessor, its pairable and
+    referable items (the first `inputs` of them from the request that created it, then its
+    output), and the hash of the tools that request offered."""
 
     response_id: str
     previous_response_id: str | None
     items: tuple[dict[str, Any], ...]
+    inputs: int = 0
+    tools: str | None = None
 
     @classmethod
-    def of(cls, response: Mapping[str, Any]) -> Recording | None:
-        """The recording of a response object (`id`, `previous_response_id`, `output`)."""
+    def of(cls, response: Mapping[str, Any], context: Context = NO_CONTEXT) -> Recording | None:
+        """The recording of a response object (`id`, `previous_response_id`, `output`), or of
+        a `/compact` answer (`object: response.compaction`) made for `context`."""
         response_id = response.get("id")
         output = response.get("output")
         if not isinstance(response_id, str) or not isinstance(output, list):
             return None
-        previous = response.get("previous_response_id")
-        kept = tuple(
-            {k: _shared(k, item[k]) for k in _KEPT_FIELDS if k in item}
+        tools = context.tools_key
+        found = [
+            recorded
             for item in output
-            if isinstance(item, dict) and items.kind(item) != items.MESSAGE
+            if isinstance(item, dict) and items.kind(item) != COMPACTION
+            if (recorded := kept(item, tools)) is not None
+        ]
+        if context.compacts:
+            # The compaction item is opaque: it stands for the calls that went into it.
+            calls = [dict(call) for call in context.items]
+            found += [
+                {"type": COMPACTION, "id": item["id"], "calls": calls}
+                for item in output
+                if isinstance(item, dict) and items.kind(item) == COMPACTION
+                if isinstance(item.get("id"), str)
+            ]
+            return cls(response_id, None, tuple(found))
+        previous = response.get("previous_response_id")
+        return cls(
+            response_id,
+            previous if isinstance(previous, str) else None,
+            (*context.items, *found),
+            len(context.items),
+            tools,
         )
-        return cls(response_id, previous if isinstance(previous, str) else None, kept)
+
+    def with_inputs_of(self, earlier: Recording) -> Recording:
+        """This recording of a response read again (`GET /v1/responses/{id}`), with the input
+        items and tools recorded when the request that created it was relayed."""
+        if self.inputs or not earlier.inputs:
+            return self
+        inputs = earlier.items[: earlier.inputs]
+        tools = self.tools or earlier.tools
+        output = self.items
+        if tools is not None and self.tools is None:
+            # Read again, the calls were made with the tools of the request that created it.
+            output = tuple(
+                kept(item, tools) or item if item.get("type") == items.FUNCTION_CALL else item
+                for item in output
+            )
+        return Recording(
+            self.response_id,
+            self.previous_response_id,
+            (*inputs, *output),
+            len(inputs),
+            tools,
+        )
 
     def encode(self) -> str:
-        return json.dumps({"prev": self.previous_response_id, "items": self.items})
+        value: dict[str, Any] = {"prev": self.previous_response_id, "items": self.items}
+        if self.inputs:
+            value["inputs"] = self.inputs
+        if self.tools is not None:
+            value["tools"] = self.tools
+        return json.dumps(value)
 
     @classmethod
     def decode(cls, response_id: str, data: str | bytes) -> Recording:
         value = json.loads(data)
-        return cls(response_id, value["prev"], tuple(value["items"]))
+        return cls(
+            response_id,
+            value["prev"],
+            tuple(value["items"]),
+            value.get("inputs", 0),
+            value.get("tools"),
+        )
 
 
 @dataclass
@@ -74,6 +186,8 @@ class LedgerView:
     # call_id -> (name, arguments, status) of each function_call emitted upstream.
     emitted_calls: dict[str, list[tuple[Any, Any, Any]]] = field(default_factory=dict)
     trust_unpaired: bool = False
+    # The tools recorded with the responses read (their hash -> (name, parameters) pairs).
+    tools: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
 
     def calls(self, call_id: str) -> Sequence[Item]:
         return self.chain_calls.get(call_id, ())
@@ -89,11 +203,55 @@ class LedgerView:
 
     def add_chain(self, recordings: Iterable[Recording]) -> None:
         for recording in recordings:
-            for item in recording.items:
+            for index, item in enumerate(recording.items):
                 key = items.pairing_key(item)
-                if key is not None:
+                if key is not None and item.get("type") != COMPACTION:
                     self.chain_calls.setdefault(key, []).append(item)
-                    self.add_emitted(item)
+                    # A call the client sent pairs, but was never emitted by an upstream.
+                    if index >= recording.inputs:
+                        self.add_emitted(item)
+
+    def tools_wanted(self, offered: Iterable[str]) -> set[str]:
+        """The tool hashes of recorded calls named by no tool in `offered` (the request's):
+        those calls are judged by the schemas recorded with them."""
+        names = set(offered)
+        return {
+            tools
+            for call in self.iter_recorded_calls()
+            if call.get("name") not in names
+            if isinstance(tools := call.get(items.RECORDED_TOOLS), str)
+        }
+
+    def iter_recorded_calls(self) -> Iterator[Item]:
+        for found in self.chain_calls.values():
+            yield from found
+        for item in self.by_id.values():
+            yield item
+            calls = item.get("calls") if item.get("type") == COMPACTION else None
+            if isinstance(calls, list):
+                yield from calls
+
+    def attach_tools(self) -> None:
+        """Put on each recorded call the parameters of its own tool, recorded with it, under
+        `items.RECORDED_SCHEMAS` (on a copy: the store's items are shared)."""
+        if not self.tools:
+            return
+
+        def attached(call: Item) -> Item:
+            recorded = self.tools.get(call.get(items.RECORDED_TOOLS) or "")
+            if recorded is None:
+                return call
+            schemas = [parameters for name, parameters in recorded if name == call.get("name")]
+            return {**call, items.RECORDED_SCHEMAS: schemas}
+
+        for key, found in self.chain_calls.items():
+            self.chain_calls[key] = [attached(c) for c in found]
+        for item_id, item in self.by_id.items():
+            calls = item.get("calls") if item.get("type") == COMPACTION else None
+            if isinstance(calls, list):
+                self.by_id[item_id] = {**item, "calls": [attached(c) for c in calls]}
+            else:
+                self.by_id[item_id] = attached(item)
 
     def add_emitted(self, item: Item) -> None:
         key = items.pairing_key(item)
@@ -162,7 +320,15 @@ def _missing_status(item: Item) -> bool:
 class Store(Protocol):
     """A ledger backend. Every method may raise LedgerFault."""
 
-    async def put(self, tenant: str, recording: Recording) -> None: ...
+    async def put(
+        self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
+    ) -> None:
+        """Record a response; `tools` (stored once per hash) are those `recording.tools` names."""
+        ...
+
+    async def tools(self, tenant: str, keys: Sequence[str]) -> dict[str, list[tuple[str, Any]]]:
+        """The recorded tools under each of `keys` that is still known."""
+        ...
 
     async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
         """The named response and its predecessors, newest first; empty when it is unknown."""
@@ -212,10 +378,12 @@ class Ledger:
         previous = body.get("previous_response_id")
         input_items = body.get("input")
         listed = input_items if isinstance(input_items, list) else []
+        # The items looked up by id: those an item_reference names, and each compaction item
+        # (it stands for the calls that went into it).
         reference_ids = [
             ref
             for item in listed
-            if items.is_reference(item)
+            if items.kind(item) in (items.ITEM_REFERENCE, COMPACTION)
             if (ref := items.reference_id(item)) is not None
         ]
         # The calls whose emission the gate may ask about: every candidate under provenance,
@@ -243,6 +411,10 @@ class Ledger:
                 view.by_id.update(by_id)
                 for call in calls:
                     view.add_emitted(call)
+            wanted = view.tools_wanted(name for name, _ in items.tool_schemas(body.get("tools")))
+            if wanted:
+                view.tools.update(await self.store.tools(tenant, sorted(wanted)))
+                view.attach_tools()
         except LedgerFault as exc:
             self.fault("read", exc)
             missing = True
@@ -250,11 +422,20 @@ class Ledger:
         view.trust_unpaired = self.fail_open and missing and isinstance(previous, str)
         return view
 
-    async def record(self, tenant: str, response: Mapping[str, Any]) -> None:
-        recording = Recording.of(response)
+    async def record(
+        self, tenant: str, response: Mapping[str, Any], context: Context | None = None
+    ) -> None:
+        """Record a response relayed to `tenant`, with the `context` of the request that
+        created it; None when it is read again (`GET /v1/responses/{id}`): then the context
+        recorded when it was created is kept."""
+        recording = Recording.of(response, context or NO_CONTEXT)
         if recording is None:
             return
         try:
-            await self.store.put(tenant, recording)
+            if context is None:
+                earlier = await self.store.chain(tenant, recording.response_id, 1)
+                if earlier:
+                    recording = recording.with_inputs_of(earlier[0])
+            await self.store.put(tenant, recording, context.tools if context else ())
         except LedgerFault as exc:
             self.fault("write", exc)

@@ -7,12 +7,13 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from proxy import settings
 from proxy.gate import items
 from proxy.gate.items import Item
-from proxy.state.ledger import LedgerFault, Recording, Store
+from proxy.state.ledger import COMPACTION, LedgerFault, Recording, Store
 
 
 def open_store(settings: settings.Ledger) -> Store:
@@ -31,22 +32,39 @@ class MemoryStore:
         self._responses: OrderedDict[tuple[str, str], tuple[float, Recording]] = OrderedDict()
         self._items: dict[tuple[str, str], Item] = {}
         self._calls: dict[tuple[str, str], list[Item]] = {}
+        # (tenant, tools hash) -> [the tools, how many recorded responses name them].
+        self._tools: dict[tuple[str, str], list[Any]] = {}
 
     def __len__(self) -> int:
         return len(self._responses)
 
-    async def put(self, tenant: str, recording: Recording) -> None:
+    async def put(
+        self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
+    ) -> None:
         now = time.monotonic()
         key = (tenant, recording.response_id)
+        if recording.tools is not None:
+            # Held before a recording read again replaces its first one, which holds them too.
+            held = self._tools.get((tenant, recording.tools))
+            if held is not None:
+                held[1] += 1
+            elif tools:
+                self._tools[(tenant, recording.tools)] = [list(tools), 1]
+            else:
+                # Named but not given (read again after its tools were forgotten): not named.
+                recording = replace(recording, tools=None)
         if key in self._responses:
             self._forget(key)
         self._responses[key] = (now + self.ttl_s, recording)
-        for item in recording.items:
+        for index, item in enumerate(recording.items):
             item_id = item.get("id")
-            if isinstance(item_id, str):
+            sent = index < recording.inputs
+            # An item a client sent never replaces one an upstream emitted under its id.
+            if isinstance(item_id, str) and not (sent and (tenant, item_id) in self._items):
                 self._items[(tenant, item_id)] = item
             call_key = items.pairing_key(item)
-            if call_key is not None:
+            # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
+            if call_key is not None and not sent and item.get("type") != COMPACTION:
                 self._calls.setdefault((tenant, call_key), []).append(item)
         self._expire(now)
 
@@ -60,6 +78,12 @@ class MemoryStore:
     def _forget(self, key: tuple[str, str]) -> None:
         _, recording = self._responses.pop(key)
         tenant = key[0]
+        if recording.tools is not None:
+            held = self._tools.get((tenant, recording.tools))
+            if held is not None:
+                held[1] -= 1
+                if held[1] <= 0:
+                    del self._tools[(tenant, recording.tools)]
         for item in recording.items:
             item_id = item.get("id")
             if isinstance(item_id, str) and self._items.get((tenant, item_id)) is item:
@@ -96,6 +120,9 @@ class MemoryStore:
         by_id = {i: self._items[(tenant, i)] for i in item_ids if (tenant, i) in self._items}
         calls = [c for call_id in call_ids for c in self._calls.get((tenant, call_id), ())]
         return by_id, calls
+
+    async def tools(self, tenant: str, keys: Sequence[str]) -> dict[str, list[tuple[str, Any]]]:
+        return {k: held[0] for k in keys if (held := self._tools.get((tenant, k))) is not None}
 
     async def close(self) -> None:
         return None
@@ -149,17 +176,28 @@ class RedisStore:
             # redis-py raises its own errors, OSError or a timeout; all mean the same here.
             raise LedgerFault(f"redis: {exc!r}") from None
 
-    async def put(self, tenant: str, recording: Recording) -> None:
+    async def put(
+        self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
+    ) -> None:
         pipe = self._redis.pipeline(transaction=False)
         value = (recording.previous_response_id or "") + "\n" + recording.encode()
         pipe.set(self._key(tenant, "resp", recording.response_id), value, ex=self.ttl)
-        for item in recording.items:
+        if recording.tools is not None:
+            tools_key = self._key(tenant, "tools", recording.tools)
+            if tools:
+                # Stored once per hash; every response that names it keeps it alive.
+                pipe.set(tools_key, json.dumps(tools), ex=self.ttl, nx=True)
+            pipe.expire(tools_key, self.ttl)
+        for index, item in enumerate(recording.items):
             item_id = item.get("id")
             encoded = json.dumps(item)
+            sent = index < recording.inputs
             if isinstance(item_id, str):
-                pipe.set(self._key(tenant, "item", item_id), encoded, ex=self.ttl)
+                # An item a client sent never replaces one an upstream emitted under its id.
+                pipe.set(self._key(tenant, "item", item_id), encoded, ex=self.ttl, nx=sent)
             call_key = items.pairing_key(item)
-            if call_key is not None:
+            # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
+            if call_key is not None and not sent and item.get("type") != COMPACTION:
                 pipe.rpush(self._key(tenant, "call", call_key), encoded)
                 pipe.expire(self._key(tenant, "call", call_key), self.ttl)
         await self._run(pipe.execute())
@@ -192,6 +230,16 @@ class RedisStore:
             by_id = {i: json.loads(v) for i, v in zip(item_ids, values, strict=True) if v}
         calls = [json.loads(v) for found in results for v in found]
         return by_id, calls
+
+    async def tools(self, tenant: str, keys: Sequence[str]) -> dict[str, list[tuple[str, Any]]]:
+        if not keys:
+            return {}
+        values = await self._run(self._redis.mget([self._key(tenant, "tools", k) for k in keys]))
+        return {
+            k: [(name, parameters) for name, parameters in json.loads(v)]
+            for k, v in zip(keys, values, strict=True)
+            if v
+        }
 
     async def close(self) -> None:
         await self._redis.aclose()

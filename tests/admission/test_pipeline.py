@@ -79,8 +79,8 @@ class Case:
 CASES = [
     pytest.param(Case(CLEAN, data=CLEAN, outcome="forward"), id="clean-as-sent"),
     pytest.param(
-        Case(CLEAN, data=CLEAN, outcome="forward", path="/v1/responses/compact", record=False),
-        id="compact-not-recorded",
+        Case(CLEAN, data=CLEAN, outcome="forward", path="/v1/responses/compact", record=True),
+        id="compact-recorded",
     ),
     pytest.param(
         Case(gzip.compress(CLEAN), data=CLEAN, outcome="forward", content_encoding="gzip"),

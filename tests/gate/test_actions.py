@@ -198,7 +198,9 @@ def test_strip_keeps_history_valid(
             [output("c")], Ledger(chain=[call("c", GLOBAL)]), id="call-in-previous-response"
         ),
         pytest.param(
-            [call("c"), output("c")], Ledger(chain=[call("c")]), id="duplicate-one-upstream"
+            [call("c"), output("c")],
+            Ledger(chain=[call("c", GLOBAL)]),
+            id="duplicate-one-upstream",
         ),
     ],
 )

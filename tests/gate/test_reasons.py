@@ -68,7 +68,7 @@ REASONS = [
     pytest.param(
         [call("c"), output("c")],
         {},
-        Ledger(chain=[call("c")]),
+        Ledger(chain=[call("c", GLOBAL)]),
         "duplicate_call_id",
         0,
         id="dup-inline-and-upstream",
@@ -76,7 +76,7 @@ REASONS = [
     pytest.param(
         [call("c"), ref("fc_c"), output("c")],
         {},
-        Ledger(stored={"fc_c": call("c")}),
+        Ledger(stored={"fc_c": call("c", GLOBAL)}),
         "duplicate_call_id",
         0,
         id="dup-inline-and-reference",
