@@ -114,7 +114,8 @@ FINDING = {
     "paired_index": 1,
     "name": "get_latest_sales_report",
     "reason": "arguments_schema",
-    "fail": [{"path": "/region", "reason": "enum"}],
+    "pass": [],
+    "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
 }
 UPSTREAM_ANSWER = {"object": "response", "id": "resp_1", "output": []}
 

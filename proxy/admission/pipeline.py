@@ -77,7 +77,7 @@ class Forward:
     data: bytes
     drop_headers: frozenset[str]  # of the client's, lower-case, beyond the hop's own
     add_headers: Mapping[str, str]  # to the answer relayed back (`x-replay-gate`)
-    outcome: Literal["forward", "strip"]
+    outcome: Literal["forward", "strip", "rewrite"]
     record: bool  # the upstream's answer is a response the ledger records
 
 
@@ -125,9 +125,10 @@ async def admit(
     header = verdict.header()
     added = MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS
     record = targets.GATED[request.path] == "responses"
-    if verdict.outcome == "strip":
+    if verdict.outcome in ("strip", "rewrite"):
         assert verdict.input is not None
-        return Forward(body.stripped(parsed, verdict.input), _DECODED, added, "strip", record)
+        changed = body.with_input(parsed, verdict.input)
+        return Forward(changed, _DECODED, added, verdict.outcome, record)
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
     return Forward(decoded, _DECODED, added, "forward", record)

@@ -104,7 +104,7 @@ def test_pinned_tools_are_compiled_and_used(tmp_path: Path) -> None:
     loose = [{"type": "function", "name": "get_latest_sales_report", "parameters": {}}]
     verdict = inspect({"input": [call, output], "tools": loose}, policy)
     assert [f.as_dict()["fail"] for f in verdict.findings] == [
-        [{"path": "/region", "reason": "enum"}]
+        [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}]
     ]
     assert verdict.outcome == "strip"
 
