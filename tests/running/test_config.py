@@ -140,6 +140,15 @@ def test_item_level_reasons_take_their_own_action(reason: str) -> None:
     assert parse_config({"gate": {"action": "log"}}).gate.action_for(reason) == "log"
 
 
+def test_rewrite_by_default_blocks_what_it_cannot_rewrite() -> None:
+    config = parse_config({"gate": {"action": "rewrite", "actions": {"status": "log"}}})
+    assert [config.gate.action_for(r) for r in ("arguments_schema", "status", "orphan")] == [
+        "rewrite",
+        "log",
+        "block",
+    ]
+
+
 def test_example_config_shows_the_defaults() -> None:
     config = load_config(ROOT / "config.example.yaml")
     example = yaml.safe_load((ROOT / "config.example.yaml").read_text(encoding="utf-8"))
@@ -177,6 +186,20 @@ MISTAKES = [
         id="actions.orphan",
     ),
     pytest.param({"gate": {"actions": []}}, "gate.actions: [] is not of type", id="actions-list"),
+    *(
+        pytest.param(
+            {"gate": {"actions": {reason: "rewrite"}}},
+            f"gate.actions.{reason}: rewrite is not an action for {reason}",
+            id=f"rewrite-{reason}",
+        )
+        for reason in (
+            "envelope",
+            "orphan",
+            "duplicate_call_id",
+            "unknown_reference",
+            "ambiguous_item",
+        )
+    ),
     pytest.param(
         {"gate": {"allow_missing_status": "yes"}},
         "gate.allow_missing_status: 'yes' is not of type 'boolean'",
