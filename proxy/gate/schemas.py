@@ -415,9 +415,11 @@ def _explain(error: ValidationError) -> list[Violation]:
     path = list(error.absolute_path)
     keyword = str(error.validator)
     instance = error.instance
-    # A timeout's keyword value (the pattern) is not what the arguments failed to be.
+    # A timeout's keyword value (the pattern) is not what the arguments failed to be, and a
+    # `false` schema has no keyword whose value could say it.
     timed_out = keyword in (budget.PATTERN_TIMEOUT, budget.VALIDATION_TIMEOUT)
-    expected = () if timed_out else expected_value(error.validator_value)
+    unsaid = timed_out or error.validator is None
+    expected = () if unsaid else expected_value(error.validator_value)
     if (
         keyword == "required"
         and isinstance(instance, dict)

@@ -28,6 +28,7 @@ SCHEMAS: dict[str, Any] = {
         },
     },
     "either": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+    "nothing_else": {"properties": {"x": False}},
 }
 TOOLS = [tool(schema, name) for name, schema in SCHEMAS.items()]
 
@@ -120,6 +121,15 @@ RECORDS = [
         [{"path": "", "reason": "anyOf", "expected": [{"required": ["a"]}, {"required": ["b"]}]}],
         'the arguments failed schema: expected anyOf [{"required": ["a"]}, {"required": ["b"]}]',
         id="root-failure-passes-nothing",
+    ),
+    pytest.param(
+        "nothing_else",
+        {"x": 1, "y": 2},
+        # jsonschema places a `false` subschema's error at the root, keyword None.
+        [],
+        [{"path": "", "reason": "None"}],
+        "the arguments failed schema (None)",
+        id="false-schema-expects-nothing-it-could-name",
     ),
 ]
 
