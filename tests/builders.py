@@ -114,7 +114,8 @@ FINDING = {
     "paired_index": 1,
     "name": "get_latest_sales_report",
     "reason": "arguments_schema",
-    "fail": [{"path": "/region", "reason": "enum"}],
+    "pass": [],
+    "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
 }
 UPSTREAM_ANSWER = {"object": "response", "id": "resp_1", "output": []}
 
@@ -228,11 +229,15 @@ def replay(arguments: str, parameters: Any) -> bytes:
     return json.dumps({"model": "m", "tools": [tool], "input": [USER, call, output]}).encode()
 
 
-def fails(reason: str, *at: tuple[str, str]) -> tuple[str, list[dict[str, str]] | None]:
-    """The expected finding: its reason, and for arguments_schema its (path, reason) list."""
+def fails(reason: str, *at: tuple[Any, ...]) -> tuple[str, list[dict[str, Any]] | None]:
+    """The expected finding: its reason, and for arguments_schema its (path, reason) list, or
+    (path, reason, expected) where the violation names what was expected."""
     if reason != "arguments_schema":
         return reason, None
-    return reason, [{"path": path, "reason": why} for path, why in at]
+    return reason, [
+        {"path": path, "reason": why} | ({"expected": rest[0]} if rest else {})
+        for path, why, *rest in at
+    ]
 
 
 # Items and requests for the gate's tables

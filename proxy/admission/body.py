@@ -190,12 +190,12 @@ def parse(decoded: bytes) -> dict[str, Any]:
     return body
 
 
-def stripped(parsed: dict[str, Any], kept: list[Any]) -> bytes:
-    """The body without what the gate stripped: `kept` are the items of `parsed["input"]` that
-    stay. The reader keeps every integer exact, at any size, so the body needs no second read:
-    its numbers go on with the values the client wrote."""
-    keep = {id(item) for item in kept}
-    return dumps({**parsed, "input": [item for item in parsed["input"] if id(item) in keep]})
+def with_input(parsed: dict[str, Any], changed: list[Any]) -> bytes:
+    """The body with `changed` as its `input`: the gate's, stripped pairs gone and rewritten
+    outputs replaced, every other item the client's own. The reader keeps every integer exact,
+    at any size, so the body needs no second read: its numbers go on with the values the client
+    wrote."""
+    return dumps({**parsed, "input": changed})
 
 
 def dumps(value: Any) -> bytes:

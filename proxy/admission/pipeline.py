@@ -86,7 +86,7 @@ class Forward:
     data: bytes
     drop_headers: frozenset[str]  # of the client's, lower-case, beyond the hop's own
     add_headers: Mapping[str, str]  # to the answer relayed back (`x-replay-gate`)
-    outcome: Literal["forward", "strip"]
+    outcome: Literal["forward", "strip", "rewrite"]
     record: bool  # the upstream's answer is a response the ledger records
     # What the response it creates is recorded with: the input that passed, the tools offered.
     context: Context = NO_CONTEXT
@@ -140,10 +140,10 @@ async def admit(
     # A WebSocket frame of another type (the spec defaults it to `response.create`) makes no
     # response: the relay must not wait for one to record with this context.
     record = request.transport != "websocket" or parsed.get("type") in (None, "response.create")
-    if verdict.outcome == "strip":
+    if verdict.outcome in ("strip", "rewrite"):
         assert verdict.input is not None
-        data = body.stripped(parsed, verdict.input)
-        return Forward(data, _DECODED, added, "strip", record, recorded)
+        changed = body.with_input(parsed, verdict.input)
+        return Forward(changed, _DECODED, added, verdict.outcome, record, recorded)
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
     return Forward(decoded, _DECODED, added, "forward", record, recorded)

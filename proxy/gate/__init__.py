@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from proxy.gate.arguments import TIMEOUTS, check_arguments, compile_schemas, pending_schemas
     from proxy.gate.caches import CachedVerdict, GateCaches, VerdictKey
+    from proxy.gate.failure import failure_output, failure_record
     from proxy.gate.pairing import NOTHING_RECORDED, NothingRecorded, Pairing, Recorded
     from proxy.gate.policy import (
         ACTIONS,
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
         AMBIGUOUS_ITEM,
         ENVELOPE,
         ITEM_REASONS,
+        NOT_REWRITTEN,
         REASONS,
         UNKNOWN_REFERENCE,
         Action,
@@ -35,6 +37,7 @@ _WHERE = {
     "GateCaches": "proxy.gate.caches",
     "ITEM_REASONS": "proxy.gate.policy",
     "NOTHING_RECORDED": "proxy.gate.pairing",
+    "NOT_REWRITTEN": "proxy.gate.policy",
     "NothingRecorded": "proxy.gate.pairing",
     "Outcome": "proxy.gate.policy",
     "Pairing": "proxy.gate.pairing",
@@ -47,6 +50,8 @@ _WHERE = {
     "VerdictKey": "proxy.gate.caches",
     "check_arguments": "proxy.gate.arguments",
     "compile_schemas": "proxy.gate.arguments",
+    "failure_output": "proxy.gate.failure",
+    "failure_record": "proxy.gate.failure",
     "inspect": "proxy.gate.verdict",
     "pending_schemas": "proxy.gate.arguments",
     "rejection": "proxy.gate.verdict",
@@ -59,6 +64,7 @@ __all__ = [
     "ENVELOPE",
     "ITEM_REASONS",
     "NOTHING_RECORDED",
+    "NOT_REWRITTEN",
     "REASONS",
     "TIMEOUTS",
     "UNKNOWN_REFERENCE",
@@ -75,6 +81,8 @@ __all__ = [
     "VerdictKey",
     "check_arguments",
     "compile_schemas",
+    "failure_output",
+    "failure_record",
     "inspect",
     "pending_schemas",
     "rejection",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -19,6 +19,7 @@ from proxy.gate.schemas import (
     SchemaLimitError,
     UnusableSchema,
     Violation,
+    pointer,
 )
 
 TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
@@ -26,8 +27,9 @@ TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
 
 def check_arguments(
     arguments: str, schemas: list[Compiled | SchemaError], allowance: Allowance | None = None
-) -> str | tuple[str, tuple[Violation, ...]]:
-    """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations)."""
+) -> str | tuple[str, tuple[Violation, ...], tuple[str, ...]]:
+    """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations, the
+    top-level properties that passed)."""
     try:
         instance = strictjson.loads(arguments, exact=True)
     except strictjson.StrictJSONError:
@@ -46,8 +48,23 @@ def check_arguments(
             else:
                 violations.update(dict.fromkeys(schema.violations(instance, deadline)))
     if violations:
-        return ("arguments_schema", tuple(violations))
+        return ("arguments_schema", tuple(violations), passed(instance, violations))
     return "ok"
+
+
+def passed(instance: Any, violations: Iterable[Violation]) -> tuple[str, ...]:
+    """The top-level properties of the arguments that no violation is at or under. None when a
+    violation is at the root (`anyOf`, a timeout, an unusable schema): it says nothing of which
+    property was right."""
+    if not isinstance(instance, dict):
+        return ()
+    failed: set[str] = set()
+    for violation in violations:
+        if not violation.path:
+            return ()
+        # The first reference token, still escaped: compared with each name's own pointer.
+        failed.add(violation.path.split("/", 2)[1])
+    return tuple(name for name in instance if pointer([name])[1:] not in failed)
 
 
 def pending_schemas(body: Any, policy: Policy, caches: GateCaches) -> list[Any]:

@@ -6,7 +6,7 @@ from proxy.gate.policy import Policy
 from proxy.gate.schemas import LRU, SchemaCache, Violation
 
 VerdictKey = tuple[tuple[int, ...], str]
-CachedVerdict = tuple[str, tuple[Violation, ...]] | str
+CachedVerdict = tuple[str, tuple[Violation, ...], tuple[str, ...]] | str
 
 
 class GateCaches:

@@ -15,11 +15,11 @@ from proxy.gate.schemas import (
     compile_schema,
 )
 
-Action = Literal["block", "strip", "log"]
+Action = Literal["block", "strip", "rewrite", "log"]
 
-Outcome = Literal["forward", "strip", "block"]
+Outcome = Literal["forward", "rewrite", "strip", "block"]
 
-ACTIONS: tuple[Action, ...] = ("block", "strip", "log")
+ACTIONS: tuple[Action, ...] = ("block", "strip", "rewrite", "log")
 
 # Checked in this order; the first that applies wins.
 REASONS = (
@@ -45,6 +45,10 @@ UNKNOWN_REFERENCE = "unknown_reference"
 ITEM_REASONS = (ENVELOPE, AMBIGUOUS_ITEM, UNKNOWN_REFERENCE)
 
 ALL_REASONS = (*REASONS, *ITEM_REASONS)
+
+# Reasons whose output has no call to tell the model about (or whose item is not an output):
+# `rewrite` cannot be their action. Under `action: rewrite` they are blocked.
+NOT_REWRITTEN = ("orphan", "duplicate_call_id", *ITEM_REASONS)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,11 @@ class Policy:
                 raise ValueError(f"actions.{reason}: unknown reason")
             if action not in ACTIONS:
                 raise ValueError(f"actions.{reason}: {action!r} is not one of {', '.join(ACTIONS)}")
+            if action == "rewrite" and reason in NOT_REWRITTEN:
+                raise ValueError(
+                    f"actions.{reason}: rewrite is not an action for {reason}: there is no call "
+                    "whose failure its output could carry (block, strip or log)"
+                )
         if not self.validation_timeout_s > 0:
             raise ValueError(f"validation_timeout_s: {self.validation_timeout_s!r} is not positive")
         if isinstance(self.schema_limits, Mapping):
@@ -92,4 +101,7 @@ class Policy:
         object.__setattr__(self, "pinned", pinned)
 
     def action_for(self, reason: str) -> Action:
-        return self.actions.get(reason, self.action)
+        action = self.actions.get(reason, self.action)
+        if action == "rewrite" and reason in NOT_REWRITTEN:
+            return "block"
+        return action

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
 import jsonschema
@@ -26,6 +28,10 @@ _PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})
 # hundred; a bound in steps rather than seconds gives the same answer however busy the machine.
 _PROBE_STEPS = 10_000
 
+# An expected value larger than this as JSON is left out of a violation: an enum of thousands
+# of values would make every finding (and every failure record) that large.
+MAX_EXPECTED_BYTES = 1024
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -33,14 +39,19 @@ V = TypeVar("V")
 @dataclass(frozen=True, slots=True)
 class Violation:
     """One way the arguments fail their schema: where (a JSON Pointer) and which keyword;
-    `message` says more where the keyword alone would not (a schema over a limit)."""
+    `message` says more where the keyword alone would not (a schema over a limit); `expected`
+    holds the keyword's value as plain JSON (one value, or none where there is nothing to
+    say: a timeout, an unusable schema, a value over MAX_EXPECTED_BYTES)."""
 
     path: str
     reason: str
     message: str | None = field(default=None, compare=False)
+    expected: tuple[Any, ...] = field(default=(), compare=False)
 
-    def as_dict(self) -> dict[str, str]:
-        found = {"path": self.path, "reason": self.reason}
+    def as_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"path": self.path, "reason": self.reason}
+        if self.expected:
+            found["expected"] = self.expected[0]
         if self.message is not None:
             found["message"] = self.message
         return found
@@ -346,19 +357,78 @@ def pointer(parts: Iterable[Any]) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+class _Unsayable(Exception):
+    """A keyword value that is not worth repeating: too large, or not a JSON value."""
+
+
+def expected_value(value: Any, limit: int = MAX_EXPECTED_BYTES) -> tuple[Any, ...]:
+    """`(value,)` as plain JSON (a Decimal as the number it is), or `()` when its JSON would
+    be over `limit` bytes or it is no JSON value (a YAML `.inf`). Stops as soon as it is over:
+    the cost is bounded by `limit`, not by the value."""
+    left = [limit]
+
+    def spend(size: int) -> None:
+        left[0] -= size
+        if left[0] < 0:
+            raise _Unsayable
+
+    def plain(node: Any) -> Any:
+        if node is None or isinstance(node, bool):
+            spend(5)
+            return node
+        if isinstance(node, str):
+            spend(len(node) + 2)
+            return node
+        if isinstance(node, int):
+            # Four bits a digit or more: longer than `limit` digits, whatever its value.
+            spend(len(str(node)) if node.bit_length() <= 4 * limit else limit + 1)
+            return node
+        if isinstance(node, float | Decimal):
+            if not math.isfinite(node):
+                raise _Unsayable
+            spend(len(str(node)))
+            if isinstance(node, Decimal):
+                # Written as an integer: an int, exact at any size; else the float it came from
+                # (a schema's decimals are read from floats, so the float is exact).
+                exponent = node.as_tuple().exponent
+                return int(node) if isinstance(exponent, int) and exponent >= 0 else float(node)
+            return node
+        if isinstance(node, list | tuple):
+            spend(2)
+            return [plain(child) for child in node]
+        if isinstance(node, dict):
+            spend(2)
+            found = {}
+            for key, child in node.items():
+                spend(len(str(key)) + 4)
+                found[str(key)] = plain(child)
+            return found
+        raise _Unsayable
+
+    try:
+        return (plain(value),)
+    except (_Unsayable, RecursionError):
+        return ()
+
+
 def _explain(error: ValidationError) -> list[Violation]:
     path = list(error.absolute_path)
     keyword = str(error.validator)
     instance = error.instance
+    # A timeout's keyword value (the pattern) is not what the arguments failed to be, and a
+    # `false` schema has no keyword whose value could say it.
+    timed_out = keyword in (budget.PATTERN_TIMEOUT, budget.VALIDATION_TIMEOUT)
+    unsaid = timed_out or error.validator is None
+    expected = () if unsaid else expected_value(error.validator_value)
     if (
         keyword == "required"
         and isinstance(instance, dict)
         and isinstance(error.validator_value, list)
     ):
         missing = [p for p in error.validator_value if isinstance(p, str) and p not in instance]
-        return [Violation(pointer([*path, p]), keyword) for p in missing]
+        return [Violation(pointer([*path, p]), keyword, expected=expected) for p in missing]
     if keyword == "additionalProperties" and isinstance(instance, dict):
         extras = budget.additional_names(instance, error.schema)
         if extras:
-            return [Violation(pointer([*path, p]), keyword) for p in extras]
-    return [Violation(pointer(path), keyword)]
+            return [Violation(pointer([*path, p]), keyword, expected=expected) for p in extras]
+    return [Violation(pointer(path), keyword, expected=expected)]

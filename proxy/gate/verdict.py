@@ -13,6 +13,7 @@ from proxy.gate.arguments import TIMEOUTS, check_arguments
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
+from proxy.gate.failure import failure_output
 from proxy.gate.items import Item
 from proxy.gate.pairing import NOTHING_RECORDED, Pairing, Recorded
 from proxy.gate.policy import (
@@ -44,6 +45,8 @@ class Finding:
     arguments: Any = None
     # The `id` an unknown `item_reference` names.
     reference: str | None = None
+    # The top-level properties of the arguments that passed their schema.
+    passed: tuple[str, ...] = ()
 
     def as_dict(self, *, include_arguments: bool = False) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -54,6 +57,7 @@ class Finding:
             "reason": self.reason,
         }
         if self.reason == "arguments_schema":
+            found["pass"] = list(self.passed)
             found["fail"] = [v.as_dict() for v in self.fail]
         if self.reason == UNKNOWN_REFERENCE:
             found["id"] = self.reference
@@ -85,7 +89,8 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The gate's decision for one request; `input` is what to forward when the outcome is strip."""
+    """The gate's decision for one request; `input` is what to forward when the outcome is strip
+    or rewrite: stripped pairs gone, rewritten outputs carrying their failure record."""
 
     outcome: Outcome
     findings: tuple[Finding, ...] = ()
@@ -98,7 +103,11 @@ class Verdict:
         """The `x-replay-gate` value for a forwarded request that had findings."""
         parts = [
             f"{a}={n}"
-            for a, n in (("stripped", self.count("strip")), ("logged", self.count("log")))
+            for a, n in (
+                ("stripped", self.count("strip")),
+                ("rewritten", self.count("rewrite")),
+                ("logged", self.count("log")),
+            )
             if n
         ]
         return ", ".join(parts) or None
@@ -184,7 +193,9 @@ class _Inspection:
         if any(f.action == "block" for f in findings):
             return Verdict("block", tuple(findings))
         if any(f.action == "strip" for f in findings):
-            return Verdict("strip", tuple(findings), self.stripped(findings))
+            return Verdict("strip", tuple(findings), self.changed(findings))
+        if any(f.action == "rewrite" for f in findings):
+            return Verdict("rewrite", tuple(findings), self.changed(findings))
         return Verdict("forward", tuple(findings))
 
     def finding(
@@ -237,13 +248,17 @@ class _Inspection:
         if reason is None:
             return None
         if isinstance(reason, tuple):
-            return self.finding(
-                index, call_id, "arguments_schema", paired_index, name, reason, arguments
+            schema_failed = self.finding(
+                index, call_id, "arguments_schema", paired_index, name, reason[0], arguments
             )
+            return replace(schema_failed, passed=reason[1])
         return self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
 
-    def check_call(self, call: Item, *, recorded: bool) -> str | tuple[Violation, ...] | None:
-        """The first reason the paired item fails, schema violations, or None when it passes.
+    def check_call(
+        self, call: Item, *, recorded: bool
+    ) -> str | tuple[tuple[Violation, ...], tuple[str, ...]] | None:
+        """The first reason the paired item fails, schema violations (with the properties that
+        passed), or None when it passes.
 
         A `recorded` call (read from the ledger, not sent inline) whose tool neither the config
         pins nor the request offers is judged by the schema of its own tool, recorded with it.
@@ -286,7 +301,7 @@ class _Inspection:
                 self.caches.verdicts.put((key, arguments), cached)
         if cached == "ok":
             return None
-        return cached[1] if isinstance(cached, tuple) else cached
+        return (cached[1], cached[2]) if isinstance(cached, tuple) else cached
 
     def schemas_for(self, name: str) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
         """The pinned schema, else every `tools[].parameters` of that name in the request; and
@@ -322,6 +337,22 @@ class _Inspection:
             for tool_name, parameters in items.tool_schemas(self.body.get("tools")):
                 self.request_schemas.setdefault(tool_name, []).append(parameters)
         return [self.compile(parameters) for parameters in self.request_schemas.get(name, ())]
+
+    def changed(self, findings: list[Finding]) -> list[Any]:
+        """The input as it goes upstream: stripped pairs gone, rewritten outputs replaced by a
+        copy whose `output` is the failure record (the call, wherever it is, stays as it was:
+        a rewritten output never dangles, so a rewrite never escalates)."""
+        kept = self.stripped(findings)
+        rewritten = {
+            f.index: {**self.input[f.index], "output": failure_output(f)}
+            for f in findings
+            if f.action == "rewrite"
+        }
+        if not rewritten:
+            return kept
+        # Kept items are the input's own objects, in order: a rewritten one is found by identity.
+        kept_ids = {id(item) for item in kept}
+        return [rewritten.get(i, item) for i, item in enumerate(self.input) if id(item) in kept_ids]
 
     def stripped(self, findings: list[Finding]) -> list[Any]:
         """The input without stripped outputs and their inline pairs, closed so nothing dangles."""

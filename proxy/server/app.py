@@ -8,7 +8,6 @@ import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
-import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
@@ -109,7 +108,8 @@ def answer(decided: pipeline.Answer) -> web.Response:
     """The HTTP answer to a request admission, or a failure, answers here."""
     return web.Response(
         status=decided.status,
-        body=orjson.dumps(decided.body),
+        # A finding's expected value may be an integer of a schema's beyond 64 bits.
+        body=body.dumps(decided.body),
         content_type="application/json",
         headers=decided.headers,
     )

@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
-from proxy.admission import pipeline
+from proxy.admission import body, pipeline
 from proxy.admission.continuations import Continuations
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
@@ -336,4 +335,4 @@ async def _upstream_frames(
 def _error_event(answer: pipeline.Answer) -> str:
     """The spec's WebSocket error event around an API error body."""
     event: Mapping[str, Any] = {"type": "error", "status": answer.status, **answer.body}
-    return orjson.dumps(event).decode()
+    return body.dumps(event).decode()

@@ -15,7 +15,7 @@ from typing import Any
 
 from proxy.gate.verdict import Verdict
 
-_OUTCOME_ACTION = {"block": "block", "strip": "strip", "forward": "log"}
+_OUTCOME_ACTION = {"block": "block", "strip": "strip", "rewrite": "rewrite", "forward": "log"}
 
 # The `prev` of the first record of a fresh chain.
 GENESIS = "0" * 64

@@ -19,7 +19,7 @@ from proxy.admission.body import (
     dumps,
     exact,
     parse,
-    stripped,
+    with_input,
 )
 from tests.builders import raw_deflate
 
@@ -160,7 +160,7 @@ def test_a_big_integer_is_read_exactly_where_it_is_forwarded() -> None:
     assert parsed["n"] == 10**23
     assert isinstance(parsed["n"], int)
     assert exact(raw)["n"] == 10**23
-    forwarded = stripped(parsed, parsed["input"])
+    forwarded = with_input(parsed, parsed["input"])
     assert forwarded == b'{"n":100000000000000000000000,"input":[{"role":"user","content":"hi"}]}'
 
 

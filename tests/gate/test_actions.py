@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -219,3 +220,157 @@ def test_strip_escalation_blocks_the_whole_request() -> None:
     verdict = inspect(body, Policy(action="strip"), Ledger(chain=[call("up", GLOBAL)]))
     assert verdict.outcome == "block"
     assert [(f.index, f.action) for f in verdict.findings] == [(1, "strip"), (2, "block")]
+
+
+def told(output_item: Any) -> dict[str, Any]:
+    """The failure record a rewritten output carries, read back."""
+    record: dict[str, Any] = json.loads(output_item["output"])
+    return record
+
+
+SALES_FAILED = {
+    "success": False,
+    "execute": False,
+    "check": "get_latest_sales_report",
+    "reason": "arguments_schema",
+    "pass": [],
+    "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
+    "error": "region failed schema: expected one of apac, emea, amer",
+}
+
+
+# (input, settings, ledger, outcome, header, the rewritten indexes and their records, and the
+# indexes of the items forwarded as they came)
+REWRITES = [
+    pytest.param(
+        HISTORY,
+        {"action": "rewrite"},
+        Ledger(),
+        "rewrite",
+        "rewritten=1",
+        {5: SALES_FAILED},
+        [0, 1, 2, 3, 4, 6],
+        id="inline-pair-stays",
+    ),
+    pytest.param(
+        HISTORY,
+        {"actions": {"arguments_schema": "rewrite"}},
+        Ledger(),
+        "rewrite",
+        "rewritten=1",
+        {5: SALES_FAILED},
+        [0, 1, 2, 3, 4, 6],
+        id="override-rewrite",
+    ),
+    pytest.param(
+        [output("up"), message("m")],
+        {"action": "rewrite"},
+        Ledger(chain=[call("up", GLOBAL)]),
+        "rewrite",
+        "rewritten=1",
+        {0: SALES_FAILED},
+        [1],
+        id="call-upstream-never-escalates",
+    ),
+    pytest.param(
+        [ref("fc_a"), output("a")],
+        {"action": "rewrite"},
+        Ledger(stored={"fc_a": call("a", GLOBAL)}),
+        "rewrite",
+        "rewritten=1",
+        {1: SALES_FAILED},
+        [0],
+        id="call-by-reference",
+    ),
+    pytest.param(
+        [call("c", status="in_progress"), output("c")],
+        {"action": "rewrite"},
+        Ledger(),
+        "rewrite",
+        "rewritten=1",
+        {
+            1: SALES_FAILED
+            | {
+                "reason": "status",
+                "pass": [],
+                "fail": [],
+                "error": "the call's status is not completed",
+            }
+        },
+        [0],
+        id="status-told-too",
+    ),
+    pytest.param(
+        [call("a", GLOBAL), output("a"), call("b", "{"), output("b")],
+        {"action": "rewrite", "actions": {"arguments_parse": "strip"}},
+        Ledger(),
+        "strip",
+        "stripped=1, rewritten=1",
+        {1: SALES_FAILED},
+        [0],
+        id="strip-and-rewrite",
+    ),
+    pytest.param(
+        [call("a", GLOBAL), output("a"), call("b", status="incomplete"), output("b")],
+        {"action": "rewrite", "actions": {"status": "log"}},
+        Ledger(),
+        "rewrite",
+        "rewritten=1, logged=1",
+        {1: SALES_FAILED},
+        [0, 2, 3],
+        id="rewrite-and-log",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("input_items", "settings", "ledger", "outcome", "header", "rewritten", "unchanged"), REWRITES
+)
+def test_rewrite_replaces_only_the_output(
+    input_items: list[Any],
+    settings: dict[str, Any],
+    ledger: Ledger,
+    outcome: str,
+    header: str,
+    rewritten: dict[int, dict[str, Any]],
+    unchanged: list[int],
+) -> None:
+    body = request(*input_items, previous_response_id="resp_1")
+    verdict = inspect(body, Policy(**settings), ledger)
+    assert verdict.outcome == outcome
+    assert verdict.header() == header
+    assert verdict.input is not None
+    forwarded = {id(item): item for item in verdict.input}
+    for index, record in rewritten.items():
+        [new] = [
+            item
+            for item in verdict.input
+            if item.get("call_id") == input_items[index]["call_id"] and items.is_output(item)
+        ]
+        # A copy: the client's body is not changed, only what goes upstream.
+        assert new is not input_items[index]
+        assert new == input_items[index] | {"output": new["output"]}
+        assert told(new) == record
+    kept = [i for i, item in enumerate(input_items) if id(item) in forwarded]
+    assert kept == unchanged
+    if not ledger.chain and not ledger.stored:
+        assert history_errors(verdict.input) == []
+
+
+@pytest.mark.parametrize(
+    ("input_items", "reason"),
+    [
+        pytest.param([output("lost")], "orphan", id="orphan"),
+        pytest.param([call("c"), call("c"), output("c")], "duplicate_call_id", id="duplicate"),
+        pytest.param([ref("fc_none")], "unknown_reference", id="unknown-reference"),
+        pytest.param(
+            [{"role": "tool", "tool_call_id": "x", "content": "y"}], "envelope", id="envelope"
+        ),
+    ],
+)
+def test_rewrite_by_default_blocks_what_it_cannot_rewrite(
+    input_items: list[Any], reason: str
+) -> None:
+    verdict = inspect(request(*input_items), Policy(action="rewrite"))
+    assert verdict.outcome == "block"
+    assert [(f.reason, f.action) for f in verdict.findings] == [(reason, "block")]

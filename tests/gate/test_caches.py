@@ -65,7 +65,9 @@ def test_repeated_call_is_not_revalidated() -> None:
     assert validated == [{"region": "global"}, {"region": "apac"}, {"region": "emea"}]
     # A remembered failure is still reported in full.
     assert first.findings == third.findings[:1]
-    assert only(first)["fail"] == [{"path": "/region", "reason": "enum"}]
+    assert only(first)["fail"] == [
+        {"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}
+    ]
 
 
 def test_identical_call_under_other_call_id_is_not_revalidated() -> None:

@@ -35,7 +35,7 @@ EXAMPLES = [
         call("call_129", '{"region":"global"}'),
         "call_129",
         "arguments_schema",
-        [{"path": "/region", "reason": "enum"}],
+        [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
         id="sales-enum",
     ),
     pytest.param(WEB_SEARCH, "ws_001", "namespaced", [], id="web-search-namespaced"),
@@ -51,8 +51,8 @@ EXAMPLES = [
         "call_200",
         "arguments_schema",
         [
-            {"path": "/order_id", "reason": "pattern"},
-            {"path": "/refund", "reason": "additionalProperties"},
+            {"path": "/order_id", "reason": "pattern", "expected": "^[A-Z]-\\d{4}$"},
+            {"path": "/refund", "reason": "additionalProperties", "expected": False},
         ],
         id="lookup-pattern-and-extra",
     ),
@@ -63,7 +63,13 @@ EXAMPLES = [
         lookup({"order_id": "A-1042"}),
         "call_200",
         "arguments_schema",
-        [{"path": "/include_lines", "reason": "required"}],
+        [
+            {
+                "path": "/include_lines",
+                "reason": "required",
+                "expected": ["order_id", "include_lines"],
+            }
+        ],
         id="lookup-required",
     ),
 ]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from proxy.gate import items
 from proxy.gate.caches import GateCaches
 from proxy.gate.items import Item
-from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
+from proxy.gate.policy import ACTIONS, ALL_REASONS, NOT_REWRITTEN, Policy
 from proxy.gate.verdict import Verdict, inspect
 
 SETTINGS = settings(
@@ -210,7 +210,13 @@ def policies(actions: Sequence[str] = ACTIONS) -> st.SearchStrategy[Policy]:
     return st.builds(
         Policy,
         action=st.sampled_from(actions),
-        actions=st.dictionaries(st.sampled_from(ALL_REASONS), st.sampled_from(actions)),
+        actions=st.dictionaries(st.sampled_from(ALL_REASONS), st.sampled_from(actions)).map(
+            lambda chosen: {
+                reason: action
+                for reason, action in chosen.items()
+                if not (action == "rewrite" and reason in NOT_REWRITTEN)
+            }
+        ),
         allow_missing_status=st.booleans(),
         require_provenance=mostly(st.just(False), st.just(True)),
         tools=PINNED,
@@ -242,9 +248,9 @@ LEDGERS = st.builds(Ledger, st.lists(FUNCTION_CALLS | OTHER_ITEMS, max_size=3))
 @given(body=JSON, policy=policies())
 def test_never_raises_on_any_json(body: Any, policy: Policy) -> None:
     verdict = inspect(body, policy)
-    assert verdict.outcome in ("forward", "strip", "block")
+    assert verdict.outcome in ("forward", "rewrite", "strip", "block")
     verdict = inspect({"input": body, "tools": body}, policy)
-    assert verdict.outcome in ("forward", "strip", "block")
+    assert verdict.outcome in ("forward", "rewrite", "strip", "block")
     if isinstance(body, list):
         inspect({"input": [body, *body]}, policy)
 
@@ -253,8 +259,8 @@ def test_never_raises_on_any_json(body: Any, policy: Policy) -> None:
 @given(body=BODIES, policy=policies(), ledger=LEDGERS)
 def test_never_raises_on_request_shaped_bodies(body: Any, policy: Policy, ledger: Ledger) -> None:
     verdict = inspect(body, policy, ledger)
-    assert verdict.outcome in ("forward", "strip", "block")
-    assert (verdict.input is not None) == (verdict.outcome == "strip")
+    assert verdict.outcome in ("forward", "rewrite", "strip", "block")
+    assert (verdict.input is not None) == (verdict.outcome in ("strip", "rewrite"))
     if verdict.outcome == "forward":
         assert all(f.action == "log" for f in verdict.findings)
 

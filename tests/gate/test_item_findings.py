@@ -370,7 +370,8 @@ def test_finding_names_the_call() -> None:
         "paired_index": 1,
         "name": "get_latest_sales_report",
         "reason": "arguments_schema",
-        "fail": [{"path": "/region", "reason": "enum"}],
+        "pass": [],
+        "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
     }
 
 

@@ -15,6 +15,25 @@ from proxy.gate.policy import Policy
         pytest.param({"action": "blok"}, "action", id="bad-action"),
         pytest.param({"actions": {"orphn": "block"}}, "actions.orphn", id="unknown-reason"),
         pytest.param({"actions": {"orphan": "allow"}}, "actions.orphan", id="bad-override"),
+        pytest.param({"actions": {"orphan": "rewrite"}}, "actions.orphan", id="rewrite-an-orphan"),
+        pytest.param(
+            {"actions": {"duplicate_call_id": "rewrite"}},
+            "actions.duplicate_call_id",
+            id="rewrite-a-duplicate",
+        ),
+        pytest.param(
+            {"actions": {"envelope": "rewrite"}}, "actions.envelope", id="rewrite-an-envelope"
+        ),
+        pytest.param(
+            {"actions": {"unknown_reference": "rewrite"}},
+            "actions.unknown_reference",
+            id="rewrite-an-unknown-reference",
+        ),
+        pytest.param(
+            {"actions": {"ambiguous_item": "rewrite"}},
+            "actions.ambiguous_item",
+            id="rewrite-an-ambiguous-item",
+        ),
         pytest.param({"tools": {"t": {"type": 12}}}, "tools.t", id="invalid-pinned-schema"),
         pytest.param({"tools": {"t": {"$schema": 7}}}, "tools.t", id="pinned-schema-not-str"),
     ],

@@ -56,7 +56,10 @@ def test_rejection_matches_the_design_example() -> None:
                     "paired_index": 3,
                     "name": "get_latest_sales_report",
                     "reason": "arguments_schema",
-                    "fail": [{"path": "/region", "reason": "enum"}],
+                    "pass": [],
+                    "fail": [
+                        {"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}
+                    ],
                 }
             ],
         }

@@ -149,7 +149,9 @@ def test_schema(
 
 def test_chat_completions_tool_shape_is_read() -> None:
     body = request(call("c", GLOBAL, name="lookup"), output("c"), tools=[CHAT_SHAPE_TOOL])
-    assert only(inspect(body, Policy()))["fail"] == [{"path": "/region", "reason": "enum"}]
+    assert only(inspect(body, Policy()))["fail"] == [
+        {"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}
+    ]
 
 
 @pytest.fixture

@@ -94,7 +94,8 @@ EXAMPLES = [
         {
             "name": "get_latest_sales_report",
             "reason": "arguments_schema",
-            "fail": [{"path": "/region", "reason": "enum"}],
+            "pass": [],
+            "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
         },
         id="sales-enum",
     ),
@@ -134,9 +135,10 @@ EXAMPLES = [
         {
             "name": "lookup_order",
             "reason": "arguments_schema",
+            "pass": ["include_lines"],
             "fail": [
-                {"path": "/order_id", "reason": "pattern"},
-                {"path": "/refund", "reason": "additionalProperties"},
+                {"path": "/order_id", "reason": "pattern", "expected": "^[A-Z]-\\d{4}$"},
+                {"path": "/refund", "reason": "additionalProperties", "expected": False},
             ],
         },
         id="lookup-pattern-and-extra",
@@ -155,7 +157,14 @@ EXAMPLES = [
         {
             "name": "lookup_order",
             "reason": "arguments_schema",
-            "fail": [{"path": "/include_lines", "reason": "required"}],
+            "pass": ["order_id"],
+            "fail": [
+                {
+                    "path": "/include_lines",
+                    "reason": "required",
+                    "expected": ["order_id", "include_lines"],
+                }
+            ],
         },
         id="lookup-required",
     ),

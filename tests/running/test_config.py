@@ -104,7 +104,7 @@ def test_pinned_tools_are_compiled_and_used(tmp_path: Path) -> None:
     loose = [{"type": "function", "name": "get_latest_sales_report", "parameters": {}}]
     verdict = inspect({"input": [call, output], "tools": loose}, policy)
     assert [f.as_dict()["fail"] for f in verdict.findings] == [
-        [{"path": "/region", "reason": "enum"}]
+        [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}]
     ]
     assert verdict.outcome == "strip"
 
@@ -138,6 +138,15 @@ def test_item_level_reasons_take_their_own_action(reason: str) -> None:
     assert config.gate.action_for(reason) == "strip"
     assert config.gate.action_for("orphan") == "block"
     assert parse_config({"gate": {"action": "log"}}).gate.action_for(reason) == "log"
+
+
+def test_rewrite_by_default_blocks_what_it_cannot_rewrite() -> None:
+    config = parse_config({"gate": {"action": "rewrite", "actions": {"status": "log"}}})
+    assert [config.gate.action_for(r) for r in ("arguments_schema", "status", "orphan")] == [
+        "rewrite",
+        "log",
+        "block",
+    ]
 
 
 def test_example_config_shows_the_defaults() -> None:
@@ -177,6 +186,20 @@ MISTAKES = [
         id="actions.orphan",
     ),
     pytest.param({"gate": {"actions": []}}, "gate.actions: [] is not of type", id="actions-list"),
+    *(
+        pytest.param(
+            {"gate": {"actions": {reason: "rewrite"}}},
+            f"gate.actions.{reason}: rewrite is not an action for {reason}",
+            id=f"rewrite-{reason}",
+        )
+        for reason in (
+            "envelope",
+            "orphan",
+            "duplicate_call_id",
+            "unknown_reference",
+            "ambiguous_item",
+        )
+    ),
     pytest.param(
         {"gate": {"allow_missing_status": "yes"}},
         "gate.allow_missing_status: 'yes' is not of type 'boolean'",

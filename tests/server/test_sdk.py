@@ -64,7 +64,8 @@ async def test_failing_replay_raises_bad_request(
             "paired_index": 1,
             "name": "get_latest_sales_report",
             "reason": "arguments_schema",
-            "fail": [{"path": "/region", "reason": "enum"}],
+            "pass": [],
+            "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
         }
     ]
     [record] = audit_records(tmp_path)

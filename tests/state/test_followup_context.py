@@ -267,7 +267,7 @@ async def test_a_recorded_call_is_judged_by_its_own_tool_when_none_is_offered(
     [finding] = raised.value.body["findings"]
     assert (finding["reason"], finding["fail"]) == (
         "arguments_schema",
-        [{"path": "/region", "reason": "enum"}],
+        [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
     )
     assert len(context_upstream.received) == sent  # nothing of it went upstream
     assert [r["findings"][0]["reason"] for r in audit_records(tmp_path)] == ["arguments_schema"]
