@@ -33,6 +33,16 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
                 "shutdown_grace_s": {"type": "number", "minimum": 0},
                 "header_timeout_s": _SECONDS,
+                "tls": {
+                    **_object(
+                        {
+                            "cert_file": {"type": "string", "minLength": 1},
+                            "key_file": {"type": "string", "minLength": 1},
+                            "client_ca_file": {"type": "string", "minLength": 1},
+                        }
+                    ),
+                    "required": ["cert_file", "key_file"],
+                },
             }
         ),
         "upstream": _object(
@@ -124,6 +134,9 @@ MEANINGS: dict[str, str] = {
     "listen.shutdown_grace_s": "on SIGTERM/SIGINT: seconds that requests in flight may still take",
     "listen.header_timeout_s": "a connection must send a whole request head this long after it "
     "opened or after its previous answer, else it is closed",
+    "listen.tls.cert_file": "TLS on the listener: the certificate chain (PEM) it presents",
+    "listen.tls.key_file": "the key of listen.tls.cert_file (PEM)",
+    "listen.tls.client_ca_file": "mutual TLS: clients must show a certificate this CA issued",
     "upstream.url": "the Open Responses server (a base path is kept)",
     "upstream.connect_timeout_s": "no connection within this -> 504",
     "upstream.read_timeout_s": "no byte from the upstream within this -> 504 (or a cut stream)",
@@ -260,7 +273,9 @@ def _iter_section(schema: Mapping[str, Any], path: tuple[str, ...], indent: str)
     for name, inner in schema["properties"].items():
         here = (*path, name)
         if "properties" in inner:
-            yield f"{indent}{name}:"
+            # A section that is off by default (listen.tls) is commented out with its keys.
+            off = "# " if _default_of(here) is None else ""
+            yield f"{indent}{off}{name}:"
             yield from _iter_section(inner, here, indent + "  ")
             continue
         default = _default_of(here)

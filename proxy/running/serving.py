@@ -46,14 +46,23 @@ async def serve(
         # Inside the try: a start that fails half-way (the audit file) still closes what it
         # opened (the upstream pool) before the error is reported.
         await runner.setup()
-        site = web.TCPSite(runner, config.listen.host, config.listen.port, reuse_port=reuse_port)
+        listen = config.listen
+        try:
+            tls = None if listen.tls is None else listen.tls.context()
+        except ValueError as exc:  # a file changed since the config was read
+            raise ConfigError(f"listen.tls.{exc}") from None
+        site = web.TCPSite(runner, listen.host, listen.port, reuse_port=reuse_port, ssl_context=tls)
         try:
             await site.start()
         except OSError as exc:
-            raise cannot_listen(config.listen.host, config.listen.port, exc) from None
+            raise cannot_listen(listen.host, listen.port, exc) from None
         port = _bound_port(runner)
         log.info(
-            "listening on http://%s:%d, upstream %s", config.listen.host, port, config.upstream.url
+            "listening on %s://%s:%d, upstream %s",
+            listen.scheme,
+            listen.host,
+            port,
+            config.upstream.url,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
