@@ -26,9 +26,12 @@ from proxy.state.audit import GENESIS, verify
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, except that a mistake is one line naming the flag, not the usage text."""
+    """argparse, except that a bad value is one line naming the flag, not the usage text (a
+    missing or unknown argument still shows the usage, which says what is expected)."""
 
     def error(self, message: str) -> NoReturn:
+        if not message.startswith("argument "):
+            super().error(message)
         self.exit(2, f"replay-proxy: {message.removeprefix('argument ')}\n")
 
 
