@@ -199,7 +199,8 @@ def load_config(path: str | Path) -> Config:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"{path}: cannot read: {reason}") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
@@ -312,4 +313,8 @@ def _explain(error: jsonschema.ValidationError) -> str:
     if "propertyNames" in error.relative_schema_path:
         reasons = list(ALL_REASONS)
         return f"{where}.{error.instance}: unknown reason{_did_you_mean(error.instance, reasons)}"
-    return f"{where or 'config'}: {error.message}"
+    suggestion = ""
+    allowed = error.validator_value
+    if error.validator == "enum" and isinstance(error.instance, str) and isinstance(allowed, list):
+        suggestion = _did_you_mean(error.instance, [str(v) for v in allowed])
+    return f"{where or 'config'}: {error.message}{suggestion}"
