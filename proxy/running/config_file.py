@@ -289,9 +289,7 @@ def _iter_section(schema: Mapping[str, Any], path: tuple[str, ...], indent: str)
 
 
 def _default_of(path: tuple[str, ...]) -> Any:
-    from proxy.config import Config  # the dataclasses hold the defaults
-
-    value: Any = Config()
+    value: Any = Config()  # the dataclasses hold the defaults
     for part in _DEFAULT_AT.get(".".join(path), path):
         value = getattr(value, part, None)
     if isinstance(value, Mapping):
