@@ -171,6 +171,19 @@ MISTAKES = [
         id="host-not-here",
     ),
     pytest.param(
+        ["serve", "--upstream", "ftp://x"],
+        None,
+        "replay-proxy: --upstream: url: 'ftp://x' is not an http(s) URL with a host",
+        id="upstream-flag",
+    ),
+    pytest.param(
+        ["serve", "--config", "{config}"],
+        "upstream: {api_key_env: REPLAY_PROXY_TEST_NEVER_SET}\n",
+        "replay-proxy: upstream.api_key_env: the environment variable "
+        "REPLAY_PROXY_TEST_NEVER_SET is not set",
+        id="api-key-env-unset",
+    ),
+    pytest.param(
         ["config", "check", "{config}"],
         "ledger: {backend: redis, ttl: 5}\n",
         "replay-proxy: {config}: ledger.ttl: unknown key; did you mean ttl_s?",
