@@ -3,13 +3,57 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import ssl
 
 
 class ConfigError(Exception):
     """The config cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ListenTls:
+    """TLS on the listener: the certificate chain and its key (PEM), and with `client_ca_file`
+    mutual TLS: a client must show a certificate that CA issued."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("cert_file", "key_file", "client_ca_file"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}: {path!r} is not a readable file")
+        self.context()  # a file that does not load stops the start, naming its key
+
+    def context(self) -> ssl.SSLContext:
+        """The server's TLS context, built from the files as they are now."""
+        import ssl  # here: only a config with TLS pays for loading it
+
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(
+                f"cert_file: {self.cert_file!r} with key_file {self.key_file!r} is not a "
+                f"certificate and its key: {exc}"
+            ) from None
+        if self.client_ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=self.client_ca_file)
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(
+                    f"client_ca_file: {self.client_ca_file!r} holds no CA certificate: {exc}"
+                ) from None
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
 
 
 @dataclass(frozen=True)
@@ -22,6 +66,18 @@ class Listen:
     # keep-alive connection). Longer than the 60 s idle timeout of common load balancers in
     # front, so that they never send a request on a connection the proxy has just closed.
     header_timeout_s: float = 75.0
+    tls: ListenTls | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tls, Mapping):  # as the config file gives it
+            try:
+                object.__setattr__(self, "tls", ListenTls(**self.tls))
+            except ValueError as exc:
+                raise ValueError(f"tls.{exc}") from None
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.tls is None else "https"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""replay-proxy command line: serve | check | hash-key | audit verify."""
+"""replay-proxy command line: serve | check | config check/defaults | hash-key | audit verify."""
 
 from __future__ import annotations
 
@@ -6,34 +6,60 @@ import argparse
 import asyncio
 import getpass
 import hashlib
+import ipaddress
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import BinaryIO
+from importlib.metadata import PackageNotFoundError, version
+from typing import BinaryIO, NoReturn
 
 from proxy.config import Config
 from proxy.gate.caches import GateCaches
 from proxy.gate.verdict import inspect
 from proxy.running.check import DocumentError, iter_documents, report_json, report_lines
-from proxy.running.config_file import load_config
+from proxy.running.config_file import iter_defaults, load_config
 from proxy.settings import ConfigError
 from proxy.state.audit import GENESIS, verify
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a bad value is one line naming the flag, not the usage text (a
+    missing or unknown argument still shows the usage, which says what is expected)."""
+
+    def error(self, message: str) -> NoReturn:
+        if not message.startswith("argument "):
+            super().error(message)
+        self.exit(2, f"replay-proxy: {message.removeprefix('argument ')}\n")
+
+
+def package_version() -> str:
+    try:
+        return version("replay-proxy")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="replay-proxy", description=__doc__)
+    parser = _Parser(prog="replay-proxy", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", help="the YAML config file")
     serve.add_argument("--upstream", help="the upstream base URL (overrides the config)")
-    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="listen port (default 8787; 0 = any free port)")
-    serve.add_argument("--log-level", default="INFO", help="operational log level (stderr)")
+    serve.add_argument("--host", type=host, help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=port, help="listen port (default 8787; 0 = any free port)")
     serve.add_argument(
-        "--workers", type=int, default=1, help="processes sharing the port (SO_REUSEPORT)"
+        "--log-level",
+        type=log_level,
+        default="INFO",
+        help=f"operational log level (stderr): {', '.join(_LEVELS)}",
+    )
+    serve.add_argument(
+        "--workers", type=workers, default=1, help="processes sharing the port (SO_REUSEPORT)"
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
 
@@ -41,6 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("file", help="a request body, an array of items, or JSON Lines; - = stdin")
     check.add_argument("--config", help="a proxy config: pinned schemas and gate settings")
     check.add_argument("--json", action="store_true", help="one JSON verdict per document")
+
+    config_commands = commands.add_parser("config", help="the config file").add_subparsers(
+        dest="config_command", required=True
+    )
+    config_check = config_commands.add_parser("check", help="validate a config file, not serving")
+    config_check.add_argument("file", metavar="FILE", help="the YAML config file")
+    config_commands.add_parser("defaults", help="print every key with its default and meaning")
 
     commands.add_parser("hash-key", help="print the sha256 of a key read on stdin, for `clients:`")
 
@@ -56,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     args = parser.parse_args(argv)
+    if args.command == "config":
+        return run_config_check(args.file) if args.config_command == "check" else run_defaults()
     if args.command == "hash-key":
         return run_hash_key()
     if args.command == "audit":
@@ -91,9 +126,6 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
     )
-    if args.workers < 1:
-        print("replay-proxy: --workers must be at least 1", file=sys.stderr)  # noqa: T201
-        return 2
     if args.workers > 1:
         port = config.listen.port or free_port(config.listen.host)
         worker_args = ["--host", config.listen.host, "--port", str(port), "--reuse-port"]
@@ -105,9 +137,39 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
         return supervise(worker_args, args.workers)
     try:
         asyncio.run(serve(config, reuse_port=args.reuse_port, reload=lambda: serve_config(args)))
-    except OSError as exc:
+    except ConfigError as exc:
+        print(f"replay-proxy: {blame_flags(str(exc), args)}", file=sys.stderr)  # noqa: T201
+        return 2
+    except OSError as exc:  # one no key accounts for
         logging.getLogger("replay_proxy").error("cannot serve: %s", exc)
         return 1
+    return 0
+
+
+# The flags that stand for a config key: a start-up failure of a key set by its flag names it.
+_FLAGS = {"listen.host": ("host", "--host"), "listen.port": ("port", "--port")}
+
+
+def blame_flags(message: str, args: argparse.Namespace) -> str:
+    key, _, rest = message.partition(": ")
+    attribute, flag = _FLAGS.get(key, (None, None))
+    if attribute is not None and getattr(args, attribute) is not None:
+        return f"{flag}: {rest}"
+    return message
+
+
+def run_config_check(path: str) -> int:
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    sys.stdout.write(f"{path}: ok\n")
+    return 0
+
+
+def run_defaults() -> int:
+    sys.stdout.write("".join(line + "\n" for line in iter_defaults()))
     return 0
 
 
@@ -160,6 +222,53 @@ def run_hash_key() -> int:
         return 2
     sys.stdout.write(hashlib.sha256(key).hexdigest() + "\n")
     return 0
+
+
+_LEVELS = ("debug", "info", "warning", "error", "critical")
+# A host name as RFC 1123 spells one: dot-separated labels of letters, digits and inner hyphens.
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def port(value: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port (0 to 65535; 0 = any free one)")
+    return number
+
+
+def host(value: str) -> str:
+    """An argparse type: an IP address or a host name to listen on."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if len(value) > 253 or not _HOST_NAME.fullmatch(value):
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not an IP address or a host name (an IPv6 address goes without "
+                "brackets: ::1)"
+            ) from None
+    return value
+
+
+def log_level(value: str) -> str:
+    """An argparse type: a logging level's name, in any case."""
+    if value.lower() not in _LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a log level ({', '.join(_LEVELS)})")
+    return value.upper()
+
+
+def workers(value: str) -> int:
+    """An argparse type: how many worker processes, at least 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of processes (1 or more)")
+    return number
 
 
 def chain_hash(value: str) -> str:

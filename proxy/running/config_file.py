@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+import json
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,16 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
                 "shutdown_grace_s": {"type": "number", "minimum": 0},
                 "header_timeout_s": _SECONDS,
+                "tls": {
+                    **_object(
+                        {
+                            "cert_file": {"type": "string", "minLength": 1},
+                            "key_file": {"type": "string", "minLength": 1},
+                            "client_ca_file": {"type": "string", "minLength": 1},
+                        }
+                    ),
+                    "required": ["cert_file", "key_file"],
+                },
             }
         ),
         "upstream": _object(
@@ -113,6 +126,58 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
 
 _CONFIG_VALIDATOR = jsonschema.Draft202012Validator(CONFIG_SCHEMA)
 
+# What each key of CONFIG_SCHEMA means, for `replay-proxy config defaults` (the defaults come from
+# the dataclasses); a test checks that this names every key of the schema and nothing else.
+MEANINGS: dict[str, str] = {
+    "listen.host": "address to listen on",
+    "listen.port": "port to listen on (0 = any free port, logged at start)",
+    "listen.shutdown_grace_s": "on SIGTERM/SIGINT: seconds that requests in flight may still take",
+    "listen.header_timeout_s": "a connection must send a whole request head this long after it "
+    "opened or after its previous answer, else it is closed",
+    "listen.tls.cert_file": "TLS on the listener: the certificate chain (PEM) it presents",
+    "listen.tls.key_file": "the key of listen.tls.cert_file (PEM)",
+    "listen.tls.client_ca_file": "mutual TLS: clients must show a certificate this CA issued",
+    "upstream.url": "the Open Responses server (a base path is kept)",
+    "upstream.connect_timeout_s": "no connection within this -> 504",
+    "upstream.read_timeout_s": "no byte from the upstream within this -> 504 (or a cut stream)",
+    "upstream.api_key_env": "the environment variable holding the provider key sent upstream",
+    "upstream.max_connections": "connections open to the upstream at once; more requests wait",
+    "upstream.keepalive_s": "an idle upstream connection is closed after this",
+    "upstream.ca_file": "the CA bundle an https upstream is checked against (default: the "
+    "system's)",
+    "upstream.client_cert": "a client certificate (PEM) for an upstream that asks for one",
+    "upstream.client_key": "the key of upstream.client_cert (both or neither)",
+    "upstream.trust_env": "take a forward proxy from HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / "
+    "NO_PROXY",
+    "gate.action": "what a finding does by default: " + " | ".join(ACTIONS),
+    "gate.actions": "per-reason override of gate.action, e.g. {namespaced: strip}",
+    "gate.allow_missing_status": "a function_call without status counts as completed",
+    "gate.require_provenance": "only calls an upstream response emitted may be replayed",
+    "gate.max_cached_verdicts": "remembered (schema, arguments) verdicts, least recent forgotten",
+    "gate.validation_timeout_s": "the time all of one request's schema validations may take",
+    "gate.schema_limits.max_bytes": "the largest tool schema, as JSON",
+    "gate.schema_limits.max_depth": "how deep a tool schema's objects and arrays may nest",
+    "gate.schema_limits.max_subschemas": "the most objects (subschemas) in a tool schema",
+    "gate.schema_limits.max_pattern_length": "the longest pattern or patternProperties name",
+    "tools": "tool name -> pinned JSON Schema; wins over the request's tools",
+    "clients": "[{name, key_sha256}]: only these keys get through (else 401); name = tenant",
+    "audit.path": '"-" = stdout, else a JSONL file appended to',
+    "audit.include_arguments": "findings carry the raw arguments of the paired call",
+    "audit.max_bytes": "rotate the file to <path>.1 (...5) past this size; the chain continues",
+    "ledger.backend": "memory (per process) | redis (shared by processes and machines)",
+    "ledger.url": "the Redis server, for backend: redis",
+    "ledger.ttl_s": "how long a relayed response is remembered",
+    "ledger.max_responses": "the memory backend's bound (least recent forgotten)",
+    "ledger.max_chain": "how many responses back a follow-up may pair its outputs",
+    "ledger.timeout_s": "a slower ledger read or write is a fault",
+    "ledger.fail_open": "unknown previous response or ledger fault: false = orphan",
+    "limits.max_body_bytes": "the largest gated body, after content decoding (else 413)",
+    "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
+}
+
+# Where a key's default lives when it is not at the same path of Config().
+_DEFAULT_AT = {"tools": ("gate", "tools")}
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """yaml.safe_load, except that a key given twice is an error instead of the last one winning."""
@@ -134,9 +199,12 @@ def load_config(path: str | Path) -> Config:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"{path}: cannot read: {reason}") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML{_at(exc)}: {_problem(exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     try:
@@ -178,6 +246,59 @@ def parse_config(data: Any) -> Config:
     return Config(gate=policy, clients=clients, **sections)
 
 
+def _at(exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    return "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _problem(exc: yaml.MarkedYAMLError) -> str:
+    """What PyYAML says is wrong, without its `in "<unicode string>"` marks: the file and the
+    line are named already."""
+    said = [exc.context, exc.problem] if exc.context and exc.problem else [exc.problem]
+    return ": ".join(str(part) for part in said if part) or "syntax error"
+
+
+def _did_you_mean(word: object, choices: Iterator[str] | list[str]) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def iter_defaults() -> Iterator[str]:
+    """Every key of the config, as YAML: its default and, as a comment, its meaning. A key
+    without a default is commented out; the lines are a config that loads as the defaults."""
+    yield "# replay-proxy config: every key, its default, and what it means"
+    yield from _iter_section(CONFIG_SCHEMA, (), "")
+
+
+def _iter_section(schema: Mapping[str, Any], path: tuple[str, ...], indent: str) -> Iterator[str]:
+    for name, inner in schema["properties"].items():
+        here = (*path, name)
+        if "properties" in inner:
+            # A section that is off by default (listen.tls) is commented out with its keys.
+            off = "# " if _default_of(here) is None else ""
+            yield f"{indent}{off}{name}:"
+            yield from _iter_section(inner, here, indent + "  ")
+            continue
+        default = _default_of(here)
+        meaning = MEANINGS.get(".".join(here), "")
+        if default is None:
+            line, meaning = f"{indent}# {name}:", f"(not set) {meaning}"
+        else:
+            line = f"{indent}{name}: {json.dumps(default)}"
+        yield f"{line:<44} # {meaning}"
+
+
+def _default_of(path: tuple[str, ...]) -> Any:
+    value: Any = Config()  # the dataclasses hold the defaults
+    for part in _DEFAULT_AT.get(".".join(path), path):
+        value = getattr(value, part, None)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
 def _explain(error: jsonschema.ValidationError) -> str:
     where = ".".join(str(p) for p in error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
@@ -185,8 +306,13 @@ def _explain(error: jsonschema.ValidationError) -> str:
         # key=str: YAML keys need not be strings, and 1 < "a" would raise.
         unknown = sorted((k for k in error.instance if k not in known), key=str)
         key = f"{where}.{unknown[0]}" if where else unknown[0]
-        return f"{key}: unknown key"
+        return f"{key}: unknown key{_did_you_mean(unknown[0], list(known))}"
     # A propertyNames failure reports the inner keyword (`enum`) with the property as instance.
     if "propertyNames" in error.relative_schema_path:
-        return f"{where}.{error.instance}: unknown reason"
-    return f"{where or 'config'}: {error.message}"
+        reasons = list(ALL_REASONS)
+        return f"{where}.{error.instance}: unknown reason{_did_you_mean(error.instance, reasons)}"
+    suggestion = ""
+    allowed = error.validator_value
+    if error.validator == "enum" and isinstance(error.instance, str) and isinstance(allowed, list):
+        suggestion = _did_you_mean(error.instance, [str(v) for v in allowed])
+    return f"{where or 'config'}: {error.message}{suggestion}"

@@ -5,15 +5,20 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import errno
 import logging
+import os
 import signal
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from proxy.config import Config
 from proxy.server.app import make_app
 from proxy.server.keys import IN_FORCE
+from proxy.settings import ConfigError
 
 log = logging.getLogger("replay_proxy")
 
@@ -31,15 +36,33 @@ async def serve(
     grace_s = config.listen.shutdown_grace_s
     return_large_buffers()
     app = make_app(config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=grace_s)
-    await runner.setup()
+    in_flight = InFlight()
+    app.middlewares.append(in_flight.middleware)
+    # The grace is kept by `InFlight.drain`; by the time the runner closes the connections no
+    # handler is left, so its own wait (once for handlers, once more after cancelling) is short.
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=_CLOSE_S)
     reloads: set[asyncio.Task[bool]] = set()
     try:
-        site = web.TCPSite(runner, config.listen.host, config.listen.port, reuse_port=reuse_port)
-        await site.start()
+        # Inside the try: a start that fails half-way (the audit file) still closes what it
+        # opened (the upstream pool) before the error is reported.
+        await runner.setup()
+        listen = config.listen
+        try:
+            tls = None if listen.tls is None else listen.tls.context()
+        except ValueError as exc:  # a file changed since the config was read
+            raise ConfigError(f"listen.tls.{exc}") from None
+        site = web.TCPSite(runner, listen.host, listen.port, reuse_port=reuse_port, ssl_context=tls)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise cannot_listen(listen.host, listen.port, exc) from None
         port = _bound_port(runner)
         log.info(
-            "listening on http://%s:%d, upstream %s", config.listen.host, port, config.upstream.url
+            "listening on %s://%s:%d, upstream %s",
+            listen.scheme,
+            listen.host,
+            port,
+            config.upstream.url,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -55,10 +78,66 @@ async def serve(
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
         await stop.wait()
-        log.info("stopping: no new connections, %.0f s for requests in flight", grace_s)
+        log.info(
+            "stopping: no new connections, %g s for %d request(s) in flight",
+            grace_s,
+            len(in_flight.tasks),
+        )
+        for listening in runner.sites:
+            await listening.stop()
+        cut = await in_flight.drain(grace_s)
+        if cut:
+            log.warning("%d request(s) still in flight after %g s: cut", cut, grace_s)
     finally:
         await asyncio.gather(*reloads, return_exceptions=True)
         await runner.cleanup()
+    log.info("stopped")
+
+
+# After the grace, a cancelled handler has this long to end, and the runner this long (twice)
+# to close each connection: a stop takes at most `shutdown_grace_s` + 2 s (README, "Stopping").
+_CANCEL_S = 1.0
+_CLOSE_S = 0.5
+
+
+class InFlight:
+    """The handlers running now, so that a stop can wait for them up to the grace, then cancel
+    them (aiohttp's own shutdown waits its timeout twice and leaves a handler that waits on
+    the upstream running through both)."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            return await handler(request)
+        finally:
+            self.tasks.discard(task)
+
+    async def drain(self, grace_s: float) -> int:
+        """Wait up to `grace_s` for the handlers in flight; cancel those left. How many were."""
+        if not self.tasks:
+            return 0
+        _, pending = await asyncio.wait(set(self.tasks), timeout=grace_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=_CANCEL_S)
+        return len(pending)
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> ConfigError:
+    """A failed bind as the config key at fault: the port (in use, privileged) or the host (no
+    such address here, a name that does not resolve)."""
+    key = "listen.port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "listen.host"
+    # asyncio's own message repeats the address; the system's says only what went wrong.
+    known = exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
+    reason = os.strerror(exc.errno) if known and exc.errno else exc.strerror or str(exc)
+    return ConfigError(f"{key}: cannot listen on {host}:{port}: {reason}")
 
 
 # glibc's mallopt(M_MMAP_THRESHOLD, ...): a fixed threshold, which also ends its adjustment.

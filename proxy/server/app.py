@@ -23,6 +23,7 @@ from proxy.server.in_force import InForce, InForceHolder
 from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
 from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
+from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger
 from proxy.state.metrics import CONTENT_TYPE, Metrics
@@ -170,9 +171,16 @@ def make_app(config: Config) -> web.Application:
 
 async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[IN_FORCE].current.config.audit
-    app[AUDIT] = AuditLog(
-        settings.path, include_arguments=settings.include_arguments, max_bytes=settings.max_bytes
-    )
+    try:
+        app[AUDIT] = AuditLog(
+            settings.path,
+            include_arguments=settings.include_arguments,
+            max_bytes=settings.max_bytes,
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"audit.path: cannot append to {settings.path!r}: {exc.strerror}"
+        ) from None
     yield
     app[AUDIT].close()
 

@@ -69,7 +69,7 @@ async def start(*args: str, listeners: int = 1) -> Proxy:
         seen.append(line)
         if not line:
             raise AssertionError("the proxy exited before listening: " + "".join(seen))
-        found = re.search(r"listening on (http://\S+),", line)
+        found = re.search(r"listening on (https?://\S+),", line)
         if found:
             urls.append(found.group(1))
     return Proxy(process, urls[0])
