@@ -1,4 +1,4 @@
-"""replay-proxy command line: serve | check | hash-key | audit verify."""
+"""replay-proxy command line: serve | check | hash-key | audit verify | report | tail."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.verdict import inspect
 from proxy.running.check import DocumentError, iter_documents, report_json, report_lines
 from proxy.running.config_file import load_config
+from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
 from proxy.settings import ConfigError
 from proxy.state.audit import GENESIS, verify
 
@@ -55,9 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the hash the first record continues from (default: 64 zeros, a fresh chain)",
     )
 
+    report = audit_commands.add_parser("report", help="sum up audit files: reasons, tools, time")
+    report.add_argument("files", nargs="+", metavar="FILE", help="any order, rotated ones too")
+
     args = parser.parse_args(argv)
     if args.command == "hash-key":
         return run_hash_key()
+    if args.command == "audit" and args.audit_command == "report":
+        return run_audit_report(args.files)
     if args.command == "audit":
         return run_audit_verify(args.files, args.prev)
     try:
@@ -187,6 +193,28 @@ def run_audit_verify(paths: Sequence[str], start: str) -> int:
         # The next file must continue from this one.
         start, start_name = chain.last, f"the last hash of {name}"
     return 0
+
+
+def run_audit_report(paths: Sequence[str]) -> int:
+    """Exit 0 when every line was a record, 1 when some were not (named, the rest counted),
+    2 when a file cannot be read."""
+    names = ["<stdin>" if path == "-" else path for path in paths]
+    entries: list[Entry | Unreadable] = []
+    for path, name in zip(paths, names, strict=True):
+        try:
+            with _open_binary(path) as f:
+                entries.extend(iter_entries(name, f))
+        except OSError as exc:
+            print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
+            return 2
+    summary = summarize(names, entries)
+    sys.stdout.write(render_text(summary))
+    if summary.unreadable:
+        print(  # noqa: T201
+            f"replay-proxy: {len(summary.unreadable)} unreadable line(s), named in the report",
+            file=sys.stderr,
+        )
+    return 1 if summary.unreadable else 0
 
 
 @contextmanager
