@@ -19,6 +19,7 @@ from proxy.gate.verdict import inspect
 from proxy.running.check import DocumentError, iter_documents, report_json, report_lines
 from proxy.running.config_file import load_config
 from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
+from proxy.running.report_html import render_html
 from proxy.settings import ConfigError
 from proxy.state.audit import GENESIS, verify
 
@@ -58,12 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     report = audit_commands.add_parser("report", help="sum up audit files: reasons, tools, time")
     report.add_argument("files", nargs="+", metavar="FILE", help="any order, rotated ones too")
+    report.add_argument("--html", metavar="OUT", help="write one self-contained HTML page instead")
 
     args = parser.parse_args(argv)
     if args.command == "hash-key":
         return run_hash_key()
     if args.command == "audit" and args.audit_command == "report":
-        return run_audit_report(args.files)
+        return run_audit_report(args.files, html=args.html)
     if args.command == "audit":
         return run_audit_verify(args.files, args.prev)
     try:
@@ -195,7 +197,7 @@ def run_audit_verify(paths: Sequence[str], start: str) -> int:
     return 0
 
 
-def run_audit_report(paths: Sequence[str]) -> int:
+def run_audit_report(paths: Sequence[str], *, html: str | None = None) -> int:
     """Exit 0 when every line was a record, 1 when some were not (named, the rest counted),
     2 when a file cannot be read."""
     names = ["<stdin>" if path == "-" else path for path in paths]
@@ -208,7 +210,15 @@ def run_audit_report(paths: Sequence[str]) -> int:
             print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
             return 2
     summary = summarize(names, entries)
-    sys.stdout.write(render_text(summary))
+    if html is None:
+        sys.stdout.write(render_text(summary))
+    else:
+        try:
+            with open(html, "w", encoding="utf-8") as page:
+                page.write(render_html(summary))
+        except OSError as exc:
+            print(f"replay-proxy: {html}: cannot write: {exc.strerror}", file=sys.stderr)  # noqa: T201
+            return 2
     if summary.unreadable:
         print(  # noqa: T201
             f"replay-proxy: {len(summary.unreadable)} unreadable line(s), named in the report",

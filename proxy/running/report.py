@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -104,6 +105,7 @@ class WouldBlock:
     findings: int
     reasons: tuple[tuple[str | None, int], ...]
     tools: tuple[tuple[str | None, int], ...]
+    # The latest few, newest first.
     request_ids: tuple[str | None, ...]
 
 
@@ -180,7 +182,8 @@ def summarize(files: Iterable[str], entries: Iterable[Entry | Unreadable]) -> Su
     blocked_requests = 0
     blocked_reasons: Counter[str | None] = Counter()
     blocked_tools: Counter[str | None] = Counter()
-    blocked_ids: list[str | None] = []
+    # The latest log records, as a heap of (ts, order read, request_id): the oldest on top.
+    blocked_ids: list[tuple[datetime, int, str | None]] = []
     for entry in entries:
         if isinstance(entry, Unreadable):
             unreadable.append(entry)
@@ -217,8 +220,11 @@ def summarize(files: Iterable[str], entries: Iterable[Entry | Unreadable]) -> Su
             blocked_requests += 1
             blocked_reasons.update(found_reasons)
             blocked_tools.update(found_tools)
+            latest = (ts or datetime.min.replace(tzinfo=UTC), records, key(rec.get("request_id")))
             if len(blocked_ids) < SAMPLE_IDS:
-                blocked_ids.append(key(rec.get("request_id")))
+                heapq.heappush(blocked_ids, latest)
+            else:
+                heapq.heappushpop(blocked_ids, latest)
     first = min((ts for ts, _ in dated), default=None)
     last = max((ts for ts, _ in dated), default=None)
     bucket = "hour" if first is None or last is None or last - first <= HOURLY_SPAN else "day"
@@ -266,7 +272,7 @@ def summarize(files: Iterable[str], entries: Iterable[Entry | Unreadable]) -> Su
             findings=sum(blocked_reasons.values()),
             reasons=tuple(_ranked(blocked_reasons)),
             tools=tuple(_ranked(blocked_tools)),
-            request_ids=tuple(blocked_ids),
+            request_ids=tuple(i for _, _, i in sorted(blocked_ids, reverse=True)),
         ),
         unreadable=tuple(unreadable),
     )
@@ -335,7 +341,7 @@ def render_text(summary: Summary) -> str:
         out.append(f"  {wb.requests} request(s) forwarded with {wb.findings} finding(s)")
         out.append("  by reason: " + ", ".join(f"{shown(r)} {n}" for r, n in wb.reasons))
         out.append("  by tool: " + ", ".join(f"{shown(t)} {n}" for t, n in wb.tools))
-        out.append("  e.g. " + ", ".join(shown(i) for i in wb.request_ids))
+        out.append("  latest: " + ", ".join(shown(i) for i in wb.request_ids))
     else:
         out.append("  nothing: no record has action log")
     return "\n".join(out) + "\n"

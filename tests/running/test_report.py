@@ -198,9 +198,18 @@ TWO_FINDINGS = audit_record(at(9), sales(), orphan_finding(), tenant="t_a", upst
                 3,
                 (("arguments_schema", 2), ("orphan", 1)),
                 (("get_latest_sales_report", 1), ("sales", 1), (None, 1)),
-                ("req_a", "req_b"),
+                ("req_b", "req_a"),
             ),
             id="what-block-would-have-blocked-only-log",
+        ),
+        pytest.param(
+            [
+                audit_record(at(h), action="log", request_id=f"req_{h}")
+                for h in (3, 1, 7, 5, 2, 6, 4)
+            ],
+            lambda s: s.would_block.request_ids,
+            ("req_7", "req_6", "req_5", "req_4", "req_3"),
+            id="would-have-blocked-names-the-latest-five",
         ),
     ],
 )
