@@ -16,6 +16,7 @@ from typing import BinaryIO
 from proxy.config import Config
 from proxy.gate.caches import GateCaches
 from proxy.gate.verdict import inspect
+from proxy.running.audit_tail import iter_follow, read_last
 from proxy.running.check import DocumentError, iter_documents, report_json, report_lines
 from proxy.running.config_file import load_config
 from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
@@ -61,9 +62,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("files", nargs="+", metavar="FILE", help="any order, rotated ones too")
     report.add_argument("--html", metavar="OUT", help="write one self-contained HTML page instead")
 
+    tail = audit_commands.add_parser("tail", help="print audit records as readable lines")
+    tail.add_argument("file", metavar="FILE")
+    tail.add_argument("-n", "--lines", type=int, default=10, help="the last N records first")
+    tail.add_argument("-f", "--follow", action="store_true", help="then print records as they come")
+
     args = parser.parse_args(argv)
     if args.command == "hash-key":
         return run_hash_key()
+    if args.command == "audit" and args.audit_command == "tail":
+        return run_audit_tail(args.file, args.lines, follow=args.follow)
     if args.command == "audit" and args.audit_command == "report":
         return run_audit_report(args.files, html=args.html)
     if args.command == "audit":
@@ -225,6 +233,28 @@ def run_audit_report(paths: Sequence[str], *, html: str | None = None) -> int:
             file=sys.stderr,
         )
     return 1 if summary.unreadable else 0
+
+
+def run_audit_tail(path: str, count: int, *, follow: bool) -> int:
+    """Exit 0 (also when interrupted while following), 2 when the file cannot be read."""
+    if count < 0:
+        print("replay-proxy: audit tail: -n must be 0 or more", file=sys.stderr)  # noqa: T201
+        return 2
+    try:
+        with open(path, "rb") as f:
+            lines, total = read_last(path, f, count)
+            sys.stdout.write("".join(line + "\n" for line in lines))
+            sys.stdout.flush()
+            if follow:
+                for line in iter_follow(path, f, line=total):
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
+    except OSError as exc:
+        print(f"replay-proxy: {path}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    return 0
 
 
 @contextmanager
