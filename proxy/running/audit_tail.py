@@ -8,15 +8,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from proxy.running.report import Entry, Unreadable, iter_entries, key, shown
+from proxy.running.report import Entry, Unreadable, iter_entries, key, printable, shown
 
 POLL_S = 0.2
 _RECORD_FIELDS = ("ts", "action", "request_id", "path")
-
-
-def printable(text: str) -> str:
-    """`text` safe for a terminal: control characters (as in an escape sequence) escaped."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def describe_finding(finding: dict[str, Any]) -> str:

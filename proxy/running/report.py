@@ -66,6 +66,11 @@ def shown(value: str | None) -> str:
     return NONE if value is None else value
 
 
+def printable(text: str) -> str:
+    """`text` safe for a terminal: control characters (as in an escape sequence) escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def timestamp(value: Any) -> datetime | None:
     """A record's `ts` in UTC, or None when it has none that reads as an ISO 8601 time."""
     if not isinstance(value, str):
@@ -344,4 +349,5 @@ def render_text(summary: Summary) -> str:
         out.append("  latest: " + ", ".join(shown(i) for i in wb.request_ids))
     else:
         out.append("  nothing: no record has action log")
-    return "\n".join(out) + "\n"
+    # Tool names, paths and tenants come from clients: no escape sequence reaches the terminal.
+    return "".join(printable(line) + "\n" for line in out)

@@ -12,7 +12,14 @@ import pytest
 
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect
-from proxy.running.report import Entry, Summary, Unreadable, iter_entries, summarize
+from proxy.running.report import (
+    Entry,
+    Summary,
+    Unreadable,
+    iter_entries,
+    render_text,
+    summarize,
+)
 from proxy.state.audit import AuditLog, Request
 from tests.builders import FINDING, audit_record, failing_body, orphan_finding
 from tests.state.audit_logs import ORPHAN, replay_proxy
@@ -267,6 +274,13 @@ def test_the_command_exits_0_when_every_line_is_a_record(tmp_path: Path) -> None
     done = replay_proxy("audit", "report", str(tmp_path / "a.jsonl"))
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith("audit report: 2 records, 2 findings")
+
+
+def test_the_text_escapes_control_characters() -> None:
+    record = audit_record(tenant="t_\x1b[2Jx")
+    text = render_text(summarize(["a.jsonl"], entries(record)))
+    assert "\x1b" not in text
+    assert table(text, "tenant") == [["t_\\x1b[2Jx", "1", "1"]]
 
 
 def test_the_command_exits_2_on_a_file_it_cannot_read(tmp_path: Path) -> None:
