@@ -20,6 +20,7 @@ from proxy.running.report import (
     render_text,
     summarize,
 )
+from proxy.running.report_html import render_html
 from proxy.state.audit import AuditLog, Request
 from tests.builders import FINDING, audit_record, failing_body, orphan_finding
 from tests.state.audit_logs import ORPHAN, replay_proxy
@@ -288,3 +289,10 @@ def test_the_command_exits_2_on_a_file_it_cannot_read(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "missing.jsonl: cannot read" in done.stderr
     assert done.stdout == ""
+
+
+def test_no_records_still_make_a_report() -> None:
+    summary = summarize(["a.jsonl"], [Unreadable("a.jsonl", 1, "not JSON")])
+    assert render_text(summary).startswith("audit report: 0 records, 0 findings")
+    assert "nothing: no record has action log" in render_text(summary)
+    assert "a.jsonl:1</code>: not JSON" in render_html(summary)
