@@ -324,3 +324,31 @@ def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def audit_record(
+    ts: str | None = "2026-11-29T09:04:59.897Z",
+    *findings: dict[str, Any],
+    action: str = "block",
+    **fields: Any,
+) -> dict[str, Any]:
+    """An audit record as the proxy writes it (its `prev` left at 64 zeros); FINDING by default."""
+    entry = {
+        "ts": ts,
+        "event": "replay_rejected",
+        "request_id": "req_1",
+        "action": action,
+        "transport": "http",
+        "path": "/v1/responses",
+        "model": "m",
+        "previous_response_id": None,
+        "tenant": "t_0123456789abcdef",
+        "body_sha256": "0" * 64,
+        "findings": list(findings) or [FINDING],
+        "prev": "0" * 64,
+    }
+    return entry | fields
+
+
+def orphan_finding(call_id: str = "call_9") -> dict[str, Any]:
+    return {"index": 1, "call_id": call_id, "paired_index": None, "name": None, "reason": "orphan"}

@@ -45,6 +45,9 @@ def loaded(module: str) -> set[str]:
         pytest.param("proxy.gate.schemas", [*HTTP_STACK, "yaml"], id="schemas"),
         pytest.param("proxy.gate.verdict", [*HTTP_STACK, "yaml"], id="gate"),
         pytest.param("proxy.running.check", [*HTTP_STACK, "yaml"], id="check"),
+        # The audit report reads JSON lines: no HTTP, no schemas, no YAML.
+        pytest.param("proxy.running.report_html", [*HTTP_STACK, "jsonschema", "yaml"], id="report"),
+        pytest.param("proxy.running.audit_tail", [*HTTP_STACK, "jsonschema", "yaml"], id="tail"),
         pytest.param("proxy.config", HTTP_STACK, id="config"),
         # Settings sit below the gate: reading them loads no schema or pattern engine.
         pytest.param("proxy.settings", [*HTTP_STACK, "jsonschema", "yaml", "regex"], id="settings"),

@@ -1,4 +1,5 @@
-"""replay-proxy command line: serve | check | config check/defaults | hash-key | audit verify."""
+"""replay-proxy command line: serve | check | config check/defaults | hash-key | audit verify |
+report | tail."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from typing import BinaryIO, NoReturn
 from proxy.config import Config
 from proxy.gate.caches import GateCaches
 from proxy.gate.verdict import inspect
+from proxy.running.audit_tail import iter_follow, read_last
 from proxy.running.check import DocumentError, iter_documents, report_json, report_lines
 from proxy.running.config_file import iter_defaults, load_config
+from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
+from proxy.running.report_html import render_html
 from proxy.settings import ConfigError
 from proxy.state.audit import GENESIS, verify
 
@@ -88,11 +92,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the hash the first record continues from (default: 64 zeros, a fresh chain)",
     )
 
+    report = audit_commands.add_parser("report", help="sum up audit files: reasons, tools, time")
+    report.add_argument("files", nargs="+", metavar="FILE", help="any order, rotated ones too")
+    report.add_argument("--html", metavar="OUT", help="write one self-contained HTML page instead")
+
+    tail = audit_commands.add_parser("tail", help="print audit records as readable lines")
+    tail.add_argument("file", metavar="FILE")
+    tail.add_argument("-n", "--lines", type=int, default=10, help="the last N records first")
+    tail.add_argument("-f", "--follow", action="store_true", help="then print records as they come")
+
     args = parser.parse_args(argv)
     if args.command == "config":
         return run_config_check(args.file) if args.config_command == "check" else run_defaults()
     if args.command == "hash-key":
         return run_hash_key()
+    if args.command == "audit" and args.audit_command == "tail":
+        return run_audit_tail(args.file, args.lines, follow=args.follow)
+    if args.command == "audit" and args.audit_command == "report":
+        return run_audit_report(args.files, html=args.html)
     if args.command == "audit":
         return run_audit_verify(args.files, args.prev)
     try:
@@ -295,6 +312,58 @@ def run_audit_verify(paths: Sequence[str], start: str) -> int:
         sys.stdout.write(f"{name}: ok, {chain.records} records, last hash {chain.last}\n")
         # The next file must continue from this one.
         start, start_name = chain.last, f"the last hash of {name}"
+    return 0
+
+
+def run_audit_report(paths: Sequence[str], *, html: str | None = None) -> int:
+    """Exit 0 when every line was a record, 1 when some were not (named, the rest counted),
+    2 when a file cannot be read."""
+    names = ["<stdin>" if path == "-" else path for path in paths]
+    entries: list[Entry | Unreadable] = []
+    for path, name in zip(paths, names, strict=True):
+        try:
+            with _open_binary(path) as f:
+                entries.extend(iter_entries(name, f))
+        except OSError as exc:
+            print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
+            return 2
+    summary = summarize(names, entries)
+    if html is None:
+        sys.stdout.write(render_text(summary))
+    else:
+        try:
+            with open(html, "w", encoding="utf-8") as page:
+                page.write(render_html(summary))
+        except OSError as exc:
+            print(f"replay-proxy: {html}: cannot write: {exc.strerror}", file=sys.stderr)  # noqa: T201
+            return 2
+    if summary.unreadable:
+        print(  # noqa: T201
+            f"replay-proxy: {len(summary.unreadable)} unreadable line(s), named in the report",
+            file=sys.stderr,
+        )
+    return 1 if summary.unreadable else 0
+
+
+def run_audit_tail(path: str, count: int, *, follow: bool) -> int:
+    """Exit 0 (also when interrupted while following), 2 when the file cannot be read."""
+    if count < 0:
+        print("replay-proxy: audit tail: -n must be 0 or more", file=sys.stderr)  # noqa: T201
+        return 2
+    try:
+        with open(path, "rb") as f:
+            lines, total = read_last(path, f, count)
+            sys.stdout.write("".join(line + "\n" for line in lines))
+            sys.stdout.flush()
+            if follow:
+                for line in iter_follow(path, f, line=total):
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
+    except OSError as exc:
+        print(f"replay-proxy: {path}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
+        return 2
+    except KeyboardInterrupt:
+        return 0
     return 0
 
 

@@ -1,0 +1,252 @@
+"""The audit report as one self-contained HTML page: inline CSS and SVG, no script, no fetch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from html import escape
+
+from proxy.running.report import NONE, Summary, Tally, bucket_label, iso, shown
+
+# Colour-blind-safe (Okabe-Ito, then Tableau) colours, given to the reasons in rank order.
+PALETTE = (
+    "#0072b2",
+    "#e69f00",
+    "#009e73",
+    "#d55e00",
+    "#cc79a7",
+    "#56b4e9",
+    "#f0e442",
+    "#7f7f7f",
+    "#8c564b",
+    "#17becf",
+)
+OTHER = "#bbbbbb"
+CHART_W, CHART_H = 1100, 300
+LEFT, RIGHT, TOP, BOTTOM = 48, 12, 12, 48
+MAX_X_LABELS = 12
+
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+table { border-collapse: collapse; margin: 4px 0 12px; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: left; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+.grid { display: flex; flex-wrap: wrap; gap: 0 36px; align-items: flex-start; }
+.legend span { display: inline-block; margin-right: 14px; }
+.legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px;
+  vertical-align: -1px; }
+.note { color: #666; }
+code { font-size: 13px; }
+"""
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def colours(summary: Summary) -> dict[str | None, str]:
+    """A colour per reason, the most frequent first."""
+    return {t.key: PALETTE[i] if i < len(PALETTE) else OTHER for i, t in enumerate(summary.reasons)}
+
+
+def _tally_table(title: str, rows: Iterable[Tally]) -> Iterator[str]:
+    yield (
+        f'<table><tr><th>{_e(title)}</th><th class="n">requests</th>'
+        '<th class="n">findings</th></tr>'
+    )
+    for r in rows:
+        yield (
+            f'<tr><td>{_e(shown(r.key))}</td><td class="n">{r.requests}</td>'
+            f'<td class="n">{r.findings}</td></tr>'
+        )
+    yield "</table>"
+
+
+def time_chart(summary: Summary) -> str:
+    """Findings per bucket as bars stacked by reason, an SVG drawn on a fixed canvas."""
+    colour = colours(summary)
+    totals = [sum(n for _, n in counts) for _, counts in summary.timeline]
+    top = max(totals, default=0) or 1
+    plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
+    slot = plot_w / max(len(summary.timeline), 1)
+    bar = max(slot * 0.8, 1.0)
+    out = [
+        (
+            f'<svg width="{CHART_W}" height="{CHART_H}" '
+            f'viewBox="0 0 {CHART_W} {CHART_H}" role="img" '
+            f'aria-label="findings per {_e(summary.bucket)} by reason">'
+        )
+    ]
+    for tick in (0, top / 2, top):
+        y = TOP + plot_h - tick / top * plot_h
+        out.append(
+            f'<line x1="{LEFT}" x2="{CHART_W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">'
+            f"{tick:g}</text>"
+        )
+    every = max(1, -(-len(summary.timeline) // MAX_X_LABELS))
+    for i, (start, counts) in enumerate(summary.timeline):
+        x = LEFT + i * slot + (slot - bar) / 2
+        y = TOP + plot_h
+        label = bucket_label(start, summary.bucket)
+        for reason, n in counts:
+            h = n / top * plot_h
+            y -= h
+            out.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" '
+                f'fill="{colour.get(reason, OTHER)}"><title>{_e(label)}: '
+                f"{_e(shown(reason))} {n}</title></rect>"
+            )
+        if i % every == 0:
+            out.append(
+                f'<text x="{x + bar / 2:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" '
+                f'font-size="11">{_e(label)}</text>'
+            )
+    out.append(
+        f'<line x1="{LEFT}" x2="{CHART_W - RIGHT}" y1="{TOP + plot_h}" y2="{TOP + plot_h}" '
+        'stroke="#888"/></svg>'
+    )
+    return "".join(out)
+
+
+def tool_chart(summary: Summary) -> str:
+    """Findings per tool as horizontal bars, each split by reason."""
+    colour = colours(summary)
+    rows = summary.per_tool
+    row_h, label_w, width = 22, 260, CHART_W
+    height = row_h * len(rows) + 8
+    top = max((t.findings for t in rows), default=0) or 1
+    plot_w = width - label_w - 60
+    out = [
+        (
+            f'<svg width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="findings per tool by reason">'
+        )
+    ]
+    for i, tool in enumerate(rows):
+        y = 4 + i * row_h
+        out.append(
+            f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end" font-size="12">'
+            f"{_e(shown(tool.name))}</text>"
+        )
+        x = float(label_w)
+        for reason, n in tool.reasons:
+            w = n / top * plot_w
+            out.append(
+                f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{row_h - 6}" '
+                f'fill="{colour.get(reason, OTHER)}"><title>{_e(shown(tool.name))}: '
+                f"{_e(shown(reason))} {n}</title></rect>"
+            )
+            x += w
+        out.append(f'<text x="{x + 6:.1f}" y="{y + 15}" font-size="12">{tool.findings}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _legend(summary: Summary) -> str:
+    colour = colours(summary)
+    spans = "".join(
+        f'<span><i style="background:{colour[t.key]}"></i>{_e(shown(t.key))}</span>'
+        for t in summary.reasons
+    )
+    return f'<p class="legend">{spans}</p>'
+
+
+def render_html(summary: Summary) -> str:
+    """The whole page; every value that came from a record is escaped."""
+    out = [
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">',
+        "<title>replay-proxy audit report</title>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>replay-proxy audit report</h1>",
+        (
+            f"<p>{summary.records} records, {summary.findings} findings, from "
+            f"{len(summary.files)} file(s): {_e(', '.join(summary.files))}</p>"
+        ),
+    ]
+    if summary.first is not None and summary.last is not None:
+        out.append(
+            f"<p>from {_e(iso(summary.first))} to {_e(iso(summary.last))}, counted per "
+            f"{_e(summary.bucket)} (UTC)</p>"
+        )
+    if summary.undated:
+        out.append(
+            f'<p class="note">{summary.undated} record(s) without a readable ts: '
+            "not in the time chart</p>"
+        )
+    if summary.unreadable:
+        out.append(f"<h2>Unreadable lines ({len(summary.unreadable)})</h2><ul>")
+        out.extend(
+            f"<li><code>{_e(u.file)}:{u.line}</code>: {_e(u.reason)}</li>"
+            for u in summary.unreadable
+        )
+        out.append("</ul>")
+    out.append(f"<h2>Findings per {_e(summary.bucket)}, by reason</h2>")
+    out.append(_legend(summary))
+    out.append(time_chart(summary))
+    out.append("<h2>Findings per tool</h2>")
+    out.append(tool_chart(summary))
+    out.append('<h2>Counts</h2><div class="grid">')
+    for title, rows in (
+        ("reason", summary.reasons),
+        ("tool", summary.tools),
+        ("tenant", summary.tenants),
+        ("upstream", summary.upstreams),
+        ("action", summary.actions),
+        ("event", summary.events),
+        ("path", summary.request_paths),
+    ):
+        out.extend(_tally_table(title, rows))
+    out.append("</div>")
+    wb = summary.would_block
+    out.append("<h2>What <code>block</code> would have blocked</h2>")
+    if wb.requests:
+        out.append(
+            f"<p>{wb.requests} request(s) with action <code>log</code> were forwarded with "
+            f"{wb.findings} finding(s); each would have been answered 400 under "
+            "<code>block</code>. The latest: "
+            f"{_e(', '.join(shown(i) for i in wb.request_ids))}</p>"
+        )
+        out.append('<div class="grid">')
+        out.extend(_pairs_table("reason", wb.reasons))
+        out.extend(_pairs_table("tool", wb.tools))
+        out.append("</div>")
+    else:
+        out.append("<p>Nothing: no record has action <code>log</code>.</p>")
+    if summary.top_paths:
+        out.append("<h2>Top failing argument paths</h2><table>")
+        out.append('<tr><th>tool</th><th>path</th><th>keyword</th><th class="n">findings</th></tr>')
+        out.extend(
+            f"<tr><td>{_e(shown(tool))}</td><td><code>{_e(shown(path) or '/')}</code></td>"
+            f'<td>{_e(shown(reason))}</td><td class="n">{n}</td></tr>'
+            for tool, path, reason, n in summary.top_paths
+        )
+        out.append("</table>")
+    out.append("<h2>Per tool</h2>")
+    for tool in summary.per_tool:
+        out.append(
+            f"<h3>{_e(shown(tool.name))}: {tool.findings} finding(s) in "
+            f"{tool.requests} request(s)</h3>"
+        )
+        out.append('<div class="grid">')
+        out.extend(_pairs_table("reason", tool.reasons))
+        if tool.paths:
+            out.append('<table><tr><th>path</th><th>keyword</th><th class="n">findings</th></tr>')
+            out.extend(
+                f"<tr><td><code>{_e(shown(path) or '/')}</code></td><td>{_e(shown(reason))}"
+                f'</td><td class="n">{n}</td></tr>'
+                for path, reason, n in tool.paths
+            )
+            out.append("</table>")
+        out.append("</div>")
+    out.append(f'<p class="note">{_e(NONE)}: no value in the record.</p></body></html>')
+    return "\n".join(out) + "\n"
+
+
+def _pairs_table(title: str, rows: Iterable[tuple[str | None, int]]) -> Iterator[str]:
+    yield f'<table><tr><th>{_e(title)}</th><th class="n">findings</th></tr>'
+    for k, n in rows:
+        yield f'<tr><td>{_e(shown(k))}</td><td class="n">{n}</td></tr>'
+    yield "</table>"

@@ -1,0 +1,298 @@
+"""`audit report`: records read line by line, summed per dimension and over time, as text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import inspect
+from proxy.running.report import (
+    Entry,
+    Summary,
+    Unreadable,
+    iter_entries,
+    render_text,
+    summarize,
+)
+from proxy.running.report_html import render_html
+from proxy.state.audit import AuditLog, Request
+from tests.builders import FINDING, audit_record, failing_body, orphan_finding
+from tests.state.audit_logs import ORPHAN, replay_proxy
+
+
+def line(entry: dict[str, Any]) -> bytes:
+    return json.dumps(entry).encode() + b"\n"
+
+
+RECORD = line(audit_record())
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        pytest.param([RECORD], [(1, None)], id="record"),
+        pytest.param(
+            [RECORD, b"garbage\n", RECORD],
+            [(1, None), (2, "not JSON"), (3, None)],
+            id="broken-line-in-the-middle",
+        ),
+        pytest.param([b"\n", RECORD], [(1, "blank line"), (2, None)], id="blank-line"),
+        pytest.param([b"[1, 2]\n"], [(1, "not a JSON object")], id="array"),
+        pytest.param(
+            [b'{"ts": "x"}\n'], [(1, "not an audit record: no findings array")], id="no-findings"
+        ),
+        pytest.param(
+            [RECORD, RECORD[:40]],
+            [(1, None), (2, "not JSON (no newline at the end: the record was cut short)")],
+            id="cut-short",
+        ),
+        pytest.param([RECORD.rstrip(b"\n")], [(1, None)], id="whole-without-newline"),
+        pytest.param([RECORD.replace(b"\n", b"\r\n")], [(1, None)], id="crlf"),
+    ],
+)
+def test_lines_are_read_one_by_one(
+    lines: list[bytes], expected: list[tuple[int, str | None]]
+) -> None:
+    got = list(iter_entries("audit.jsonl", lines))
+    assert [(e.line, e.reason if isinstance(e, Unreadable) else None) for e in got] == expected
+    assert all(e.file == "audit.jsonl" for e in got)
+
+
+def sales(path: str = "/region", keyword: str = "enum", name: str = "sales") -> dict[str, Any]:
+    return FINDING | {"name": name, "fail": [{"path": path, "reason": keyword}]}
+
+
+def entries(*records: dict[str, Any]) -> list[Entry | Unreadable]:
+    return [Entry("a.jsonl", n, r) for n, r in enumerate(records, 1)]
+
+
+def at(hour: int, day: int = 29) -> str:
+    return f"2026-11-{day:02d}T{hour:02d}:15:00.000Z"
+
+
+def rows(tallies: Any) -> list[tuple[Any, int, int]]:
+    return [(t.key, t.requests, t.findings) for t in tallies]
+
+
+TWO_FINDINGS = audit_record(at(9), sales(), orphan_finding(), tenant="t_a", upstream="openai")
+
+
+@pytest.mark.parametrize(
+    ("records", "view", "expected"),
+    [
+        pytest.param(
+            [TWO_FINDINGS, audit_record(at(9), sales(), sales("/x", "required"))],
+            lambda s: (s.records, s.findings),
+            (2, 4),
+            id="records-and-findings",
+        ),
+        pytest.param(
+            [TWO_FINDINGS, audit_record(at(9), sales(), sales("/x", "required"))],
+            lambda s: rows(s.reasons),
+            [("arguments_schema", 2, 3), ("orphan", 1, 1)],
+            id="by-reason",
+        ),
+        pytest.param(
+            [TWO_FINDINGS, audit_record(at(9), sales(name="lookup"))],
+            lambda s: rows(s.tools),
+            [("lookup", 1, 1), ("sales", 1, 1), (None, 1, 1)],
+            id="by-tool-an-orphan-has-none",
+        ),
+        pytest.param(
+            [TWO_FINDINGS, audit_record(at(9), tenant=None), audit_record(at(9), tenant="t_a")],
+            lambda s: rows(s.tenants),
+            [("t_a", 2, 3), (None, 1, 1)],
+            id="by-tenant",
+        ),
+        pytest.param(
+            [TWO_FINDINGS, audit_record(at(9))],
+            lambda s: rows(s.upstreams),
+            [("openai", 1, 2), (None, 1, 1)],
+            id="by-upstream-missing-in-older-records",
+        ),
+        pytest.param(
+            [audit_record(at(9)), audit_record(at(9), action="log"), audit_record(at(9))],
+            lambda s: rows(s.actions),
+            [("block", 2, 2), ("log", 1, 1)],
+            id="by-action",
+        ),
+        pytest.param(
+            [audit_record(at(9)), audit_record(at(9), event="emitted_call_rejected")],
+            lambda s: rows(s.events),
+            [("emitted_call_rejected", 1, 1), ("replay_rejected", 1, 1)],
+            id="by-event",
+        ),
+        pytest.param(
+            [audit_record(at(9), tenant=["odd"])],
+            lambda s: rows(s.tenants),
+            [('["odd"]', 1, 1)],
+            id="a-value-not-a-string-is-shown-as-json",
+        ),
+        pytest.param(
+            [audit_record(at(9)), audit_record(at(11))],
+            lambda s: [(t.hour, [r for r, _ in c]) for t, c in s.timeline],
+            [(9, ["arguments_schema"]), (10, []), (11, ["arguments_schema"])],
+            id="per-hour-with-the-empty-hours",
+        ),
+        pytest.param(
+            [audit_record(at(9, day=27)), audit_record(at(3, day=30), orphan_finding())],
+            lambda s: (s.bucket, [(t.day, dict(c)) for t, c in s.timeline]),
+            (
+                "day",
+                [(27, {"arguments_schema": 1}), (28, {}), (29, {}), (30, {"orphan": 1})],
+            ),
+            id="per-day-past-two-days",
+        ),
+        pytest.param(
+            [audit_record("2026-11-29T09:00:00+02:00")],
+            lambda s: s.first,
+            datetime(2026, 11, 29, 7, tzinfo=UTC),
+            id="ts-with-an-offset-in-utc",
+        ),
+        pytest.param(
+            [audit_record(at(9)), audit_record("yesterday"), audit_record(None)],
+            lambda s: (s.undated, sum(n for _, c in s.timeline for _, n in c), s.records),
+            (2, 1, 3),
+            id="undated-counted-but-not-in-time",
+        ),
+        pytest.param(
+            [
+                audit_record(at(9), sales(), sales("/x", "required"), sales()),
+                audit_record(at(9), sales(name="lookup")),
+            ],
+            lambda s: s.top_paths,
+            (
+                ("sales", "/region", "enum", 2),
+                ("lookup", "/region", "enum", 1),
+                ("sales", "/x", "required", 1),
+            ),
+            id="top-failing-paths",
+        ),
+        pytest.param(
+            [audit_record(at(9), sales(), sales("/x", "required"), orphan_finding())],
+            lambda s: [(t.name, t.reasons, t.paths) for t in s.per_tool],
+            [
+                (
+                    "sales",
+                    (("arguments_schema", 2),),
+                    (("/region", "enum", 1), ("/x", "required", 1)),
+                ),
+                (None, (("orphan", 1),), ()),
+            ],
+            id="per-tool",
+        ),
+        pytest.param(
+            [
+                audit_record(at(9), request_id="req_blocked"),
+                audit_record(at(9), sales(), orphan_finding(), action="log", request_id="req_a"),
+                audit_record(at(10), action="log", request_id="req_b"),
+                audit_record(at(10), action="strip", request_id="req_stripped"),
+            ],
+            lambda s: (
+                s.would_block.requests,
+                s.would_block.findings,
+                s.would_block.reasons,
+                s.would_block.tools,
+                s.would_block.request_ids,
+            ),
+            (
+                2,
+                3,
+                (("arguments_schema", 2), ("orphan", 1)),
+                (("get_latest_sales_report", 1), ("sales", 1), (None, 1)),
+                ("req_b", "req_a"),
+            ),
+            id="what-block-would-have-blocked-only-log",
+        ),
+        pytest.param(
+            [
+                audit_record(at(h), action="log", request_id=f"req_{h}")
+                for h in (3, 1, 7, 5, 2, 6, 4)
+            ],
+            lambda s: s.would_block.request_ids,
+            ("req_7", "req_6", "req_5", "req_4", "req_3"),
+            id="would-have-blocked-names-the-latest-five",
+        ),
+    ],
+)
+def test_summary(
+    records: list[dict[str, Any]], view: Callable[[Summary], Any], expected: Any
+) -> None:
+    assert view(summarize(["a.jsonl"], entries(*records))) == expected
+
+
+def test_unreadable_lines_are_kept_and_not_counted() -> None:
+    lines = [RECORD, b"garbage\n", RECORD]
+    summary = summarize(["a.jsonl"], iter_entries("a.jsonl", lines))
+    assert summary.records == 2
+    assert summary.unreadable == (Unreadable("a.jsonl", 2, "not JSON"),)
+
+
+def table(text: str, title: str) -> list[list[str]]:
+    """The rows of one of the text report's tables, split into words, under its header."""
+    lines = text.splitlines()
+    start = next(i for i, row in enumerate(lines) if row.split() == [title, "requests", "findings"])
+    end = lines.index("", start)
+    return [row.split() for row in lines[start + 1 : end]]
+
+
+def write_rotated(tmp_path: Path) -> Path:
+    """Six requests through a real audit log that rotates, one line broken in the middle."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), max_bytes=1200)
+    failing = inspect(failing_body(), Policy())
+    for i in range(6):
+        verdict = ORPHAN if i % 2 else failing
+        log.write(Request(f"req_{i}", "http", "/v1/responses", {}, b"{}", f"t_{i % 2}"), verdict)
+    log.close()
+    first = tmp_path / "audit.jsonl.1"
+    lines = first.read_bytes().splitlines(keepends=True)
+    first.write_bytes(b"".join([*lines[:1], b"{not json\n", *lines[1:]]))
+    return path
+
+
+def test_the_command_reads_rotated_files_and_names_a_broken_line(tmp_path: Path) -> None:
+    path = write_rotated(tmp_path)
+    files = sorted(str(p) for p in tmp_path.glob("audit.jsonl*"))
+    assert len(files) >= 3, files  # rotated at least twice
+    done = replay_proxy("audit", "report", *files)
+    assert done.returncode == 1, done.stderr
+    assert f"unreadable: {path}.1:2: not JSON" in done.stdout
+    assert "1 unreadable line(s)" in done.stderr
+    assert "audit report: 6 records, 6 findings" in done.stdout
+    assert table(done.stdout, "reason") == [["arguments_schema", "3", "3"], ["orphan", "3", "3"]]
+    assert table(done.stdout, "tenant") == [["t_0", "3", "3"], ["t_1", "3", "3"]]
+
+
+def test_the_command_exits_0_when_every_line_is_a_record(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(RECORD + RECORD)
+    done = replay_proxy("audit", "report", str(tmp_path / "a.jsonl"))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("audit report: 2 records, 2 findings")
+
+
+def test_the_text_escapes_control_characters() -> None:
+    record = audit_record(tenant="t_\x1b[2Jx")
+    text = render_text(summarize(["a.jsonl"], entries(record)))
+    assert "\x1b" not in text
+    assert table(text, "tenant") == [["t_\\x1b[2Jx", "1", "1"]]
+
+
+def test_the_command_exits_2_on_a_file_it_cannot_read(tmp_path: Path) -> None:
+    done = replay_proxy("audit", "report", str(tmp_path / "missing.jsonl"))
+    assert done.returncode == 2
+    assert "missing.jsonl: cannot read" in done.stderr
+    assert done.stdout == ""
+
+
+def test_no_records_still_make_a_report() -> None:
+    summary = summarize(["a.jsonl"], [Unreadable("a.jsonl", 1, "not JSON")])
+    assert render_text(summary).startswith("audit report: 0 records, 0 findings")
+    assert "nothing: no record has action log" in render_text(summary)
+    assert "a.jsonl:1</code>: not JSON" in render_html(summary)
