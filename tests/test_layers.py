@@ -44,6 +44,7 @@ def loaded(module: str) -> set[str]:
         pytest.param("proxy.gate.budget", [*HTTP_STACK, "yaml"], id="budget"),
         pytest.param("proxy.gate.schemas", [*HTTP_STACK, "yaml"], id="schemas"),
         pytest.param("proxy.gate.verdict", [*HTTP_STACK, "yaml"], id="gate"),
+        pytest.param("proxy.gate.host", [*HTTP_STACK, "yaml"], id="host-check"),
         pytest.param("proxy.running.check", [*HTTP_STACK, "yaml"], id="check"),
         # The audit report reads JSON lines: no HTTP, no schemas, no YAML.
         pytest.param("proxy.running.report_html", [*HTTP_STACK, "jsonschema", "yaml"], id="report"),
