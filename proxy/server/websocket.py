@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,34 +103,63 @@ async def relay_websocket_ungated(
     """A WebSocket on a path that is not gated: open the same one upstream under `target` (the
     normalised path), then pass frames both ways as they are, and the close code and reason of
     whichever side ends first to the other."""
-    app = request.app
-    connection_id = request[REQUEST_ID]
+    client, upstream = await _connect(request, current, target, route="passthrough")
+    request.app[METRICS].requests.labels("passthrough", "forward").inc()
+    return await _relay(
+        request,
+        client,
+        upstream,
+        lambda pair: (
+            _pass_frames(client, upstream, pair.client_ended),
+            _pass_frames(upstream, client, pair.upstream_ended),
+        ),
+    )
+
+
+async def _connect(
+    request: web.Request, current: InForce, target: str, *, route: str | None = None
+) -> tuple[web.WebSocketResponse, aiohttp.ClientWebSocketResponse]:
+    """The same WebSocket opened upstream under `target`, and the client's side to answer the
+    upgrade with; a handshake that cannot be answered is refused before the upstream is asked.
+    With `route`, an upstream that cannot be had is counted under it."""
     limit = current.config.limits.max_body_bytes
+    protocols = _protocols(request)
+    if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
+        raise ProxyError(400, "invalid_websocket_handshake", _HANDSHAKE)
     try:
         upstream = await current.upstream.connect_websocket(
             target,
             upstream_headers(request.headers, current.config, WEBSOCKET_OWN),
-            _protocols(request),
+            protocols,
             limit,
         )
     except UpstreamError as exc:
-        app[METRICS].requests.labels("passthrough", "upstream_error").inc()
-        raise upstream_failure(connection_id, f"WebSocket {target}", exc) from None
-    app[METRICS].requests.labels("passthrough", "forward").inc()
+        if route is not None:
+            request.app[METRICS].requests.labels(route, "upstream_error").inc()
+        what = f"WebSocket {target.partition('?')[0]}"
+        raise upstream_failure(request[REQUEST_ID], what, exc) from None
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
     )
+    return client, upstream
+
+
+async def _relay(
+    request: web.Request,
+    client: web.WebSocketResponse,
+    upstream: aiohttp.ClientWebSocketResponse,
+    sides: Callable[[_Pair], tuple[Coroutine[Any, Any, None], Coroutine[Any, Any, None]]],
+) -> web.StreamResponse:
+    """Answer the upgrade, relay both directions (`sides` makes them, once the upgrade is
+    answered) until one ends, then close each side the way the other ended."""
+    streams = request.app[METRICS].open_streams
     pair = _Pair(client, upstream)
-    app[METRICS].open_streams.inc()
+    streams.inc()
     try:
         await client.prepare(request)
-        await pair.relay(
-            _pass_frames(client, upstream, pair.client_ended),
-            _pass_frames(upstream, client, pair.upstream_ended),
-            connection_id,
-        )
+        await pair.relay(*sides(pair), request[REQUEST_ID])
     finally:
-        app[METRICS].open_streams.dec()
+        streams.dec()
         await pair.close()
     return client
 
@@ -201,37 +230,19 @@ async def relay_websocket(
     """
     app = request.app
     connection_id = request[REQUEST_ID]
+    client, upstream = await _connect(request, current, path + query)
     limit = current.config.limits.max_body_bytes
-    protocols = _protocols(request)
-    if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
-        raise ProxyError(400, "invalid_websocket_handshake", _HANDSHAKE)
-    try:
-        upstream = await current.upstream.connect_websocket(
-            path + query,
-            upstream_headers(request.headers, current.config, WEBSOCKET_OWN),
-            protocols,
-            limit,
-        )
-    except UpstreamError as exc:
-        raise upstream_failure(connection_id, f"WebSocket {path}", exc) from None
-    client = web.WebSocketResponse(
-        protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
-    )
-    pair = _Pair(client, upstream)
-    app[METRICS].open_streams.inc()
-    try:
-        await client.prepare(request)
-        tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
-        frames = _ClientFrames(app, path, tenant, connection_id, tap=tap)
-        await pair.relay(
+    tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
+    frames = _ClientFrames(app, path, tenant, connection_id, tap=tap)
+    return await _relay(
+        request,
+        client,
+        upstream,
+        lambda pair: (
             frames.relay(client, upstream, pair.client_ended),
             _upstream_frames(upstream, client, tap, pair.upstream_ended),
-            connection_id,
-        )
-    finally:
-        app[METRICS].open_streams.dec()
-        await pair.close()
-    return client
+        ),
+    )
 
 
 @dataclass

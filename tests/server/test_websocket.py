@@ -147,15 +147,18 @@ UPGRADE = {
         pytest.param({"Connection": "keep-alive"}, id="connection-not-upgrade"),
     ],
 )
+# Gated, and relayed ungated: both refuse it before the upstream is asked.
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/realtime"])
 async def test_an_invalid_handshake_is_refused_before_the_upstream_is_asked(
     recording_upstream: RecordingUpstream,
     start_proxy: ProxyFactory,
     session: aiohttp.ClientSession,
     changed: dict[str, str | None],
+    path: str,
 ) -> None:
     headers = {name: value for name, value in (UPGRADE | changed).items() if value is not None}
     base = await start_proxy(recording_upstream.url)
-    async with session.get(base + "/v1/responses", headers=headers) as resp:
+    async with session.get(base + path, headers=headers) as resp:
         status, content_type = resp.status, resp.content_type
         request_id = resp.headers.get("x-request-id")
         error = json.loads(await resp.read())["error"]
