@@ -15,9 +15,11 @@ _SAID = {
     "provenance": "no upstream response the proxy relayed emitted this call",
     "namespaced": "the call's type is not a portable function_call",
     "not_function_call": "the paired item is not a function_call",
+    "not_portable": "the call or its output does not fit the spec's item schema",
     "status": "the call's status is not completed",
     "arguments_type": "the call's arguments are not a string",
     "arguments_parse": "the call's arguments are not one strict JSON value",
+    "foreign_item": "the item is another vendor's, not portable to this upstream",
 }
 
 
@@ -51,6 +53,10 @@ def error_sentence(finding: Finding) -> str:
     """One readable sentence: every violation, or what the reason means."""
     if finding.reason == "unknown_tool":
         return f"no schema is known for the tool {finding.name or '(unnamed)'}"
+    if finding.reason == "not_portable" and finding.fail:
+        item = finding.item_type or "call"
+        phrases = "; ".join(_phrase(v) for v in finding.fail)
+        return f"the {item} does not fit the spec's item schema (a server may refuse it): {phrases}"
     if finding.reason != "arguments_schema":
         return _SAID.get(finding.reason, f"the call failed the replay gate: {finding.reason}")
     return "; ".join(_phrase(v) for v in finding.fail) or "the arguments failed schema"
