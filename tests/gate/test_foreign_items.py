@@ -6,10 +6,15 @@ from typing import Any
 
 import pytest
 
+from proxy.gate import items
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect, rejection
 from tests.builders import WEB_SEARCH, call, message, output, request
 from tests.gate.ledger_double import Ledger
+from tests.gate.test_actions import REWRITES, STRIPS
+from tests.gate.test_check_order import ORDER
+from tests.gate.test_item_findings import CLASSIFIED
+from tests.gate.test_reasons import REASONS
 
 SEARCH = {"type": "acme:search_call", "id": "sc_1", "status": "completed", "query": "apac"}
 
@@ -172,3 +177,27 @@ def test_actions(
     assert verdict.outcome == outcome
     if kept is not None:
         assert verdict.input == [input_items[i] for i in kept]
+
+
+def corpus() -> list[Any]:
+    """Every row of the gate's existing tables as (input items, settings, ledger)."""
+    rows = []
+    for table in (REASONS, ORDER, CLASSIFIED, STRIPS, REWRITES):
+        for row in table:
+            input_items, settings, *rest = row.values
+            ledger = next((value for value in rest if isinstance(value, Ledger)), None)
+            rows.append(pytest.param(input_items, settings, ledger, id=row.id))
+    return rows
+
+
+@pytest.mark.parametrize(("input_items", "settings", "ledger"), corpus())
+def test_a_native_vendor_changes_no_verdict(
+    input_items: list[Any], settings: dict[str, Any], ledger: Ledger | None
+) -> None:
+    slugs = {items.vendor_of(i.get("type")) for i in input_items if isinstance(i, dict)} - {None}
+    if len(slugs) > 1:
+        pytest.skip("items of two vendors: one of them is foreign to any target")
+    vendor = slugs.pop() if slugs else "acme"
+    body = request(*input_items)
+    without = inspect(body, Policy(**settings), ledger or Ledger())
+    assert inspect(body, Policy(**settings, vendor=vendor), ledger or Ledger()) == without
