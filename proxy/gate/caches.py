@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.gate.policy import Policy
-from proxy.gate.portable import PortableCache
+from proxy.gate.portable import ItemSchemas, PortableCache, item_schemas
 from proxy.gate.schemas import LRU, SchemaCache, Violation
 
 VerdictKey = tuple[tuple[int, ...], str]
@@ -20,6 +20,8 @@ class GateCaches:
         self.schemas = SchemaCache() if schemas is None else schemas
         self.verdicts: LRU[VerdictKey, CachedVerdict] = LRU(max_verdicts)
         self.portable: PortableCache = LRU(max_verdicts)
+        # Compiled once per process; asked for here, so that it is before the first request.
+        self.item_schemas: ItemSchemas = item_schemas()
 
     @classmethod
     def for_policy(cls, policy: Policy, schemas: SchemaCache | None = None) -> GateCaches:

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import orjson
 
 from proxy.gate import items
+from proxy.gate.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
 from proxy.gate.items import Item
 from proxy.gate.schemas import LRU, Compiled, SchemaLimits, Violation, compile_schema
 
@@ -42,6 +44,7 @@ ROOTS = (CALL_SCHEMA, OUTPUT_SCHEMA)
 _JUDGED_LATER = frozenset({"/arguments", "/status"})
 # Keywords whose value is subschemas: not a value the item could have been.
 _COMBINATORS = frozenset({"allOf", "anyOf", "oneOf", "not"})
+_TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
 # Items whose JSON is at most this long are their own cache key; longer ones, a digest.
 _EXACT_KEY_BYTES = 256
 
@@ -71,13 +74,20 @@ class ItemSchemas:
         return cls(compiled(CALL_SCHEMA), compiled(OUTPUT_SCHEMA))
 
     def check_pair(
-        self, call: Item, output: Item, cache: PortableCache | None = None
+        self,
+        call: Item,
+        output: Item,
+        cache: PortableCache | None = None,
+        allowance: Allowance | None = None,
     ) -> tuple[str, tuple[Violation, ...]] | None:
         """The first of the pair that breaks its schema, the call first: its type and its
         violations (JSON Pointers into it, and the failing keywords); None when both fit.
 
         `cache` holds the verdicts on the items seen before: a conversation replays the same
-        history turn after turn, and validating an item costs some 50-150 µs.
+        history turn after turn, and validating an item costs some 50-150 µs. Validating
+        spends from `allowance`, the request's validation time, as the arguments' schemas do:
+        an output of a million content parts takes seconds. An item still unchecked when it
+        is spent fails (`validation_timeout`), and that verdict is not cached.
         """
         for item_type, schema, item in (
             (items.FUNCTION_CALL, CALL_SCHEMA, judged(call)),
@@ -86,20 +96,23 @@ class ItemSchemas:
             key = verdict_key(item) if cache is not None else None
             found = cache.get((schema, key)) if cache is not None and key is not None else None
             if found is None:
-                found = tuple(self.iter_violations(schema, item))
-                if cache is not None and key is not None:
+                with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
+                    found = tuple(self.iter_violations(schema, item, deadline))
+                timed_out = any(v.reason in _TIMEOUTS for v in found)
+                if cache is not None and key is not None and not timed_out:
                     cache.put((schema, key), found)
             if found:
                 return item_type, found
         return None
 
-    def iter_violations(self, schema: str, item: Any) -> Iterator[Violation]:
-        """How `item` breaks the schema named `schema` (CALL_SCHEMA or OUTPUT_SCHEMA); of a
-        call read with `judged`, the `required` of the fields it left out are not violations."""
+    def iter_violations(
+        self, schema: str, item: Any, deadline: float | None = None
+    ) -> Iterator[Violation]:
+        """How `item` breaks the schema named `schema` (CALL_SCHEMA or OUTPUT_SCHEMA) by
+        `deadline` (`time.monotonic()`); of a call read with `judged`, the `required` of the
+        fields it left out are not violations."""
         compiled = self.call if schema == CALL_SCHEMA else self.output
-        # Unbounded in time: the schemas are the spec's, small, with one linear pattern, so
-        # validation is linear in the item, which the body's size limit bounds.
-        for violation in compiled.violations(item):
+        for violation in compiled.violations(item, deadline):
             if schema == CALL_SCHEMA and violation.path in _JUDGED_LATER:
                 continue
             yield replace(violation, expected=()) if violation.reason in _COMBINATORS else violation

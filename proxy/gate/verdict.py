@@ -9,7 +9,7 @@ from typing import Any
 
 from jsonschema.exceptions import SchemaError
 
-from proxy.gate import items, portable
+from proxy.gate import items
 from proxy.gate.arguments import TIMEOUTS, check_arguments
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
@@ -339,7 +339,9 @@ class _Inspection:
             return "namespaced"
         if item_type != items.FUNCTION_CALL:
             return "not_function_call"
-        unportable = portable.item_schemas().check_pair(call, output, self.caches.portable)
+        unportable = self.caches.item_schemas.check_pair(
+            call, output, self.caches.portable, self.allowance
+        )
         if unportable is not None:
             return Failed(NOT_PORTABLE, unportable[1], item_type=unportable[0])
         if status is None and emitted:

@@ -10,7 +10,17 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.failure import failure_record
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect, rejection
-from tests.builders import APAC, SALES_SCHEMA, call, output, request, tool, typeless, without
+from tests.builders import (
+    APAC,
+    BUDGET_S,
+    SALES_SCHEMA,
+    call,
+    output,
+    request,
+    tool,
+    typeless,
+    without,
+)
 from tests.gate.ledger_double import Ledger
 
 ID_64 = "call_" + "a" * 59
@@ -341,3 +351,22 @@ def test_verdicts_are_cached_per_item() -> None:
     assert inspect(body, policy, caches=caches) == first
     assert len(caches.portable) == 3
     assert [f.reason for f in first.findings] == ["not_portable"]
+
+
+def test_an_output_that_runs_out_of_time_fails_and_is_not_cached() -> None:
+    # A content part takes some 100-500 µs to validate (a oneOf of four $refs): 10,000 take
+    # seconds, far longer than the budget.
+    parts = [text("") for _ in range(10_000)]
+    policy = Policy(validation_timeout_s=BUDGET_S)
+    caches = GateCaches.for_policy(policy)
+    body = request(call("c"), sales(output("c"), output=parts))
+    verdict = inspect(body, policy, caches=caches)
+    [finding] = verdict.findings
+    assert (verdict.outcome, finding.reason, finding.item_type) == (
+        "block",
+        "not_portable",
+        "function_call_output",
+    )
+    assert [v.reason for v in finding.fail] == ["validation_timeout"]
+    # Only the call's verdict is remembered: a timeout says how busy the request was.
+    assert len(caches.portable) == 1
