@@ -44,6 +44,7 @@ ROOTS = (CALL_SCHEMA, OUTPUT_SCHEMA)
 _JUDGED_LATER = frozenset({"/arguments", "/status"})
 # Keywords whose value is subschemas: not a value the item could have been.
 _COMBINATORS = frozenset({"allOf", "anyOf", "oneOf", "not"})
+_RECORDED = frozenset({items.RECORDED_TOOLS, items.RECORDED_SCHEMAS})
 _TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
 # Items whose JSON is at most this long are their own cache key; longer ones, a digest.
 _EXACT_KEY_BYTES = 256
@@ -119,8 +120,13 @@ class ItemSchemas:
 
 
 def judged(call: Item) -> dict[str, Any]:
-    """The call less the fields later reasons judge: what its verdict here depends on."""
-    return {key: value for key, value in call.items() if "/" + key not in _JUDGED_LATER}
+    """The call less the fields later reasons judge, and less the keys the ledger adds to a
+    call it recorded (never sent upstream): what its verdict here depends on."""
+    return {
+        key: value
+        for key, value in call.items()
+        if "/" + key not in _JUDGED_LATER and key not in _RECORDED
+    }
 
 
 def read_output(output: Item) -> Item:

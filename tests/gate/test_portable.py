@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from proxy.gate import items, portable
 from proxy.gate.caches import GateCaches
 from proxy.gate.failure import failure_record
 from proxy.gate.policy import Policy
@@ -370,3 +371,13 @@ def test_an_output_that_runs_out_of_time_fails_and_is_not_cached() -> None:
     assert [v.reason for v in finding.fail] == ["validation_timeout"]
     # Only the call's verdict is remembered: a timeout says how busy the request was.
     assert len(caches.portable) == 1
+
+
+def test_the_ledgers_own_keys_are_not_judged() -> None:
+    # The keys the ledger adds to a call it recorded never go upstream, and may be large.
+    recorded = call("c") | {items.RECORDED_TOOLS: "t_1", items.RECORDED_SCHEMAS: [SALES_SCHEMA]}
+    assert (
+        portable.judged(recorded)
+        == portable.judged(call("c"))
+        == without(call("c"), "arguments", "status")
+    )
