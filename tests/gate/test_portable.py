@@ -9,6 +9,7 @@ import pytest
 from proxy.gate import items, portable
 from proxy.gate.caches import GateCaches
 from proxy.gate.failure import failure_record
+from proxy.gate.host import check_call
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect, rejection
 from tests.builders import (
@@ -380,4 +381,13 @@ def test_the_ledgers_own_keys_are_not_judged() -> None:
         portable.judged(recorded)
         == portable.judged(call("c"))
         == without(call("c"), "arguments", "status")
+    )
+
+
+def test_the_host_check_says_so_too() -> None:
+    record = check_call(call("c", name="get latest"), SALES_SCHEMA)
+    assert (record["execute"], record["reason"], record["fail"]) == (
+        False,
+        "not_portable",
+        [{"path": "/name", "reason": "pattern", "expected": "^[a-zA-Z0-9_-]+$"}],
     )
