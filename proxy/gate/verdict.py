@@ -10,6 +10,7 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 
 from proxy.gate import items
+from proxy.gate.acceptor import Steps
 from proxy.gate.arguments import TIMEOUTS, check_arguments
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
@@ -27,6 +28,7 @@ from proxy.gate.policy import (
     Outcome,
     Policy,
 )
+from proxy.gate.portable import QUICK_STEPS
 from proxy.gate.schemas import (
     Compiled,
     Violation,
@@ -183,6 +185,7 @@ class _Inspection:
         self.request_schemas: dict[str, list[Any]] | None = None
         self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
         self.allowance = Allowance(policy.validation_timeout_s)
+        self.steps = Steps(QUICK_STEPS)
         self.pairing = Pairing(input_items, recorded)
 
     def run(self) -> Verdict:
@@ -340,7 +343,7 @@ class _Inspection:
         if item_type != items.FUNCTION_CALL:
             return "not_function_call"
         unportable = self.caches.item_schemas.check_pair(
-            call, output, self.caches.portable, self.allowance
+            call, output, self.caches.portable, self.allowance, self.steps
         )
         if unportable is not None:
             return Failed(NOT_PORTABLE, unportable[1], item_type=unportable[0])

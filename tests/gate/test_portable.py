@@ -342,23 +342,25 @@ def test_failure_record_says_what_breaks_the_schema() -> None:
     )
 
 
-def test_verdicts_are_cached_per_item() -> None:
+def test_verdicts_jsonschema_gave_are_cached_per_item() -> None:
     policy = Policy()
     caches = GateCaches.for_policy(policy)
-    long_output = sales(output(ID_65), output="x" * 4096)
-    body = request(call(ID_65), long_output, call("d", APAC), output("d"))
+    unportable = call(ID_65) | {"id": 7}
+    body = request(unportable, output(ID_65), call("d", APAC), output("d"))
     first = inspect(body, policy, caches=caches)
-    # The failing call, and the passing call and output (the long output is not reached).
-    assert len(caches.portable) == 3
+    # The quick acceptor passed the second pair; only the failing call went to jsonschema.
+    assert len(caches.portable) == 1
     assert inspect(body, policy, caches=caches) == first
-    assert len(caches.portable) == 3
-    assert [f.reason for f in first.findings] == ["not_portable"]
+    assert len(caches.portable) == 1
+    assert [(f.reason, [v.path for v in f.fail]) for f in first.findings] == [
+        ("not_portable", ["/id", "/call_id"])
+    ]
 
 
 def test_an_output_that_runs_out_of_time_fails_and_is_not_cached() -> None:
-    # A content part takes some 100-500 µs to validate (a oneOf of four $refs): 10,000 take
-    # seconds, far longer than the budget.
-    parts = [text("") for _ in range(10_000)]
+    # More parts than the quick acceptor checks for one request: jsonschema gets the output,
+    # and takes some 100-500 µs a part (a oneOf of four $refs), far longer than the budget.
+    parts = [text("") for _ in range(portable.QUICK_STEPS + 1)]
     policy = Policy(validation_timeout_s=BUDGET_S)
     caches = GateCaches.for_policy(policy)
     body = request(call("c"), sales(output("c"), output=parts))
@@ -370,8 +372,9 @@ def test_an_output_that_runs_out_of_time_fails_and_is_not_cached() -> None:
         "function_call_output",
     )
     assert [v.reason for v in finding.fail] == ["validation_timeout"]
-    # Only the call's verdict is remembered: a timeout says how busy the request was.
-    assert len(caches.portable) == 1
+    # Nothing is remembered: the call passed the quick acceptor, and a timeout says how busy
+    # the request was, not what the output is worth.
+    assert len(caches.portable) == 0
 
 
 def test_the_ledgers_own_keys_are_not_judged() -> None:
