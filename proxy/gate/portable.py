@@ -5,7 +5,8 @@ and `FunctionCallOutputItemParam` (`call_id` 1-64 characters, `name` `^[a-zA-Z0-
 the field types). A pair one provider made can break them (a 94-character `call_id`) and be
 refused by the next. The definitions are shipped with the package (`spec_items.json`, copied
 unchanged from the spec, with every definition they `$ref`) and compiled once, as tool schemas
-are.
+are, and built into a quick acceptor (`proxy.gate.acceptor`) that passes most items without
+jsonschema.
 
 What the check reads, decided where the spec leaves room:
 
@@ -110,13 +111,14 @@ class ItemSchemas:
         """
         steps = Steps(QUICK_STEPS) if steps is None else steps
         read = read_output(output)
-        for item_type, schema, quick, whole, item in (
-            (items.FUNCTION_CALL, CALL_SCHEMA, self.quick_call, call, judged(call)),
-            (items.FUNCTION_CALL_OUTPUT, OUTPUT_SCHEMA, self.quick_output, read, read),
+        for item_type, schema, quick, whole in (
+            (items.FUNCTION_CALL, CALL_SCHEMA, self.quick_call, call),
+            (items.FUNCTION_CALL_OUTPUT, OUTPUT_SCHEMA, self.quick_output, read),
         ):
             # The whole call: what passes it passes the call less the fields judged later.
             if quick is not None and quick(whole, steps):
                 continue
+            item = judged(call) if schema == CALL_SCHEMA else read
             key = verdict_key(item) if cache is not None else None
             found = cache.get((schema, key)) if cache is not None and key is not None else None
             if found is None:
