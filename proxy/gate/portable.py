@@ -48,7 +48,7 @@ _JUDGED_LATER = frozenset({"/arguments", "/status"})
 _COMBINATORS = frozenset({"allOf", "anyOf", "oneOf", "not"})
 _RECORDED = frozenset({items.RECORDED_TOOLS, items.RECORDED_SCHEMAS})
 # Array elements (an output's content parts) the quick acceptor may check for one request,
-# some 5-10 µs each: past them, items go to jsonschema, bounded in time.
+# about a µs each: past them, items go to jsonschema, bounded in time.
 QUICK_STEPS = 100_000
 _TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
 # Items whose JSON is at most this long are their own cache key; longer ones, a digest.
