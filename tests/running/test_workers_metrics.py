@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from proxy.running.workers import free_port
 from tests.builders import clean_body
 from tests.running.test_serve import start
 from tests.server.checks import metric
+from tests.server.test_metrics_readme import readme_metrics, scraped_metrics
 from tests.servers.recording import RecordingUpstream
 
 REQUESTS = "replay_proxy_requests_total"
@@ -90,8 +93,14 @@ async def test_every_scrape_of_either_worker_reads_the_whole_service(
         # worker is scraped (each wrote its own when it started).
         first = min(started_at(pid) for pid in sent)
         assert {metric(t, "process_start_time_seconds") for t in texts} == {first}
-        for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
-            assert all(f"# TYPE {name} " in t for t in texts)
+        # Every family README lists, and no other, with its type (those with no sample yet,
+        # a label set never used, have no file to be read from).
+        table = {name: kind for name, (kind, _) in readme_metrics().items()}
+        for text in texts:
+            shown = {name: kind for name, (kind, _) in scraped_metrics(text).items()}
+            assert shown.items() <= table.items()
+            assert {"process_cpu_seconds_total", "process_resident_memory_bytes"} <= set(shown)
+            assert {"python_info", "python_gc_collections_total"} <= set(shown)
         assert len(recording_upstream.received) == total
 
         [directory] = temp.iterdir()
@@ -100,3 +109,20 @@ async def test_every_scrape_of_either_worker_reads_the_whole_service(
     finally:
         assert await proxy.stop() == 0
     assert list(temp.iterdir()) == []  # the supervisor removed its directory
+
+
+def test_a_metrics_directory_that_is_not_one_stops_the_start(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--port", "0"],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(missing)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"replay-proxy: PROMETHEUS_MULTIPROC_DIR: '{missing}' is not a directory"
+    ]
