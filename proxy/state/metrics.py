@@ -232,6 +232,6 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process took the pid over: not one of ours
-        return True
+    except PermissionError:  # another user's process has the pid now: the worker is gone
+        return False
     return True
