@@ -136,7 +136,7 @@ def serve_config(args: argparse.Namespace) -> Config:
 def run_serve(config: Config, args: argparse.Namespace) -> int:
     # Imported here so that `check` never loads the HTTP stack.
     from proxy.running.serving import serve
-    from proxy.running.workers import free_port, supervise
+    from proxy.running.workers import MULTIPROC_ENV, free_port, supervise
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -153,7 +153,18 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
             worker_args += ["--upstream", args.upstream]
         return supervise(worker_args, args.workers)
     try:
-        asyncio.run(serve(config, reuse_port=args.reuse_port, reload=lambda: serve_config(args)))
+        # Set by the supervisor of `--workers N` (or the operator's own): where the workers'
+        # metrics meet, so that a scrape of any of them reads the whole service.
+        metrics_dir = os.environ.get(MULTIPROC_ENV)
+        if metrics_dir is not None and not os.path.isdir(metrics_dir):
+            raise ConfigError(f"{MULTIPROC_ENV}: {metrics_dir!r} is not a directory")
+        served = serve(
+            config,
+            reuse_port=args.reuse_port,
+            reload=lambda: serve_config(args),
+            metrics_dir=metrics_dir,
+        )
+        asyncio.run(served)
     except ConfigError as exc:
         print(f"replay-proxy: {blame_flags(str(exc), args)}", file=sys.stderr)  # noqa: T201
         return 2
