@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.gate import items
 from proxy.gate.caches import GateCaches
 from proxy.gate.messages import message
+from proxy.gate.pairing import NOTHING_RECORDED, Recorded
 from proxy.gate.policy import Outcome, Policy
 from proxy.gate.schemas import Violation
 from proxy.gate.verdict import Finding, inspect
@@ -27,10 +28,8 @@ _ARGUMENT_REASONS = frozenset(
     {"arguments_type", "arguments_parse", "unknown_tool", "arguments_schema"}
 )
 
-_OFFLINE = (
-    "; its call may be only in the ledger (previous_response_id {}), which check cannot see: "
-    "it reads files, not the proxy's ledger"
-)
+# The reasons a request can have offline only because its calls are in the proxy's ledger.
+_IN_THE_LEDGER = frozenset({"orphan", "unknown_reference", "provenance"})
 _CHAT = (
     "a Chat Completions body (messages, not input): the proxy gates Open Responses requests, "
     "and sent as input its tool calls and tool results are envelope items"
@@ -59,8 +58,12 @@ class Checked:
 class Checker:
     """Judges documents under one policy, with one set of caches for every document."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(
+        self, policy: Policy, recorded: Callable[[Mapping[str, Any]], Recorded] | None = None
+    ) -> None:
         self.policy = policy
+        # What the ledger recorded for a request (`check --ledger`); None: no ledger to read.
+        self.recorded = recorded
         self.caches = GateCaches.for_policy(policy)
         # A call the model emitted (a response's output, a Chat Completions tool call, recorded
         # arguments) is judged as it would be replayed: its status is often absent, and no
@@ -79,7 +82,8 @@ class Checker:
 
     def request(self, document: Document) -> Checked:
         body = document.value
-        verdict = inspect(body, self.policy, caches=self.caches)
+        recorded = NOTHING_RECORDED if self.recorded is None else self.recorded(body)
+        verdict = inspect(body, self.policy, recorded, self.caches)
         size = len(body["input"]) if isinstance(body.get("input"), list) else 0
         previous = body.get("previous_response_id")
         notes: tuple[str, ...] = ()
@@ -93,8 +97,8 @@ class Checker:
             else:
                 where = f"input[{f.index}]"
             said = message(f)
-            if f.reason in ("orphan", "unknown_reference") and isinstance(previous, str):
-                said += _OFFLINE.format(previous)
+            if self.recorded is None and f.reason in _IN_THE_LEDGER:
+                said += _offline(f.reason, previous)
             reported.append(Reported(_via(document, where), f, said))
         return Checked(document, verdict.outcome, tuple(reported), notes)
 
@@ -201,6 +205,17 @@ class Checker:
         return Checked(
             document, _strictest([r.finding for r in reported]), tuple(reported), tuple(notes)
         )
+
+
+def _offline(reason: str, previous: Any) -> str:
+    """What check cannot see without the ledger, and how to let it."""
+    hint = "which check cannot see: pass --ledger redis://... (and --tenant)"
+    if reason == "provenance":
+        return f"; what the proxy relayed is only in the ledger, {hint}"
+    if reason == "orphan" and not isinstance(previous, str):
+        return ""
+    where = f" (previous_response_id {previous})" if isinstance(previous, str) else ""
+    return f"; the paired item may be only in the ledger{where}, {hint}"
 
 
 def _via(document: Document, where: str) -> str:

@@ -84,6 +84,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("files", nargs="+", metavar="FILE", help="files or globs; - = stdin")
     check.add_argument("--config", help="a proxy config: pinned schemas and gate actions")
     check.add_argument("--json", action="store_true", help="one JSON line per finding")
+    check.add_argument(
+        "--ledger",
+        type=ledger_url,
+        metavar="URL",
+        help="the proxy's Redis ledger (redis://host:port/db): a follow-up's outputs pair with "
+        "the calls it recorded",
+    )
+    check.add_argument(
+        "--tenant",
+        default="-",
+        help="whose records --ledger reads: the tenant of the audit records (t_...); default - "
+        "(a proxy without clients:)",
+    )
 
     config_commands = commands.add_parser("config", help="the config file").add_subparsers(
         dest="config_command", required=True
@@ -132,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "serve":
         return run_serve(config, args)
-    return run_check(args.files, config, as_json=args.json)
+    return run_check(args.files, config, as_json=args.json, ledger=args.ledger, tenant=args.tenant)
 
 
 def check_config(args: argparse.Namespace) -> Config:
@@ -210,14 +223,48 @@ array of input items); a log line wrapping a request under {", ".join(WRAPPERS)}
 an object or a JSON string, with the answer beside it under response); a response object (its
 output calls against its request's tools, else the pinned schemas); an input_items list
 ({{"object": "list", "data": [...]}}); an audit record (its findings, judged again when it kept
-the arguments); a Chat Completions body (an envelope finding).
+the arguments); a Chat Completions body (an envelope finding). A follow-up's outputs pair
+with the calls of the previous response only through the proxy's ledger: --ledger reads a
+Redis one.
 
 exit codes: 0 every document read and clean, 1 findings, 2 some input unreadable (named on
 stderr; the rest is still checked) or a usage or config mistake."""
 
 
-def run_check(paths: Sequence[str], config: Config, *, as_json: bool) -> int:
-    checker = Checker(config.gate)
+def run_check(
+    paths: Sequence[str],
+    config: Config,
+    *,
+    as_json: bool,
+    ledger: str | None = None,
+    tenant: str = "-",
+) -> int:
+    if ledger is None:
+        return check_files(paths, Checker(config.gate), as_json=as_json)
+    from proxy.running.check_ledger import LedgerFault, LedgerReader
+
+    try:
+        reader = LedgerReader(
+            ledger, tenant, config.ledger, provenance=config.gate.require_provenance
+        )
+    except LedgerFault as exc:
+        print(f"replay-proxy: --ledger: cannot read {ledger}: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    try:
+        code = check_files(paths, Checker(config.gate, reader.recorded), as_json=as_json)
+    finally:
+        reader.close()
+    if reader.faults:
+        print(  # noqa: T201
+            f"replay-proxy: --ledger: {reader.faults} read(s) failed: their outputs were judged "
+            "as if nothing was recorded",
+            file=sys.stderr,
+        )
+        return 2
+    return code
+
+
+def check_files(paths: Sequence[str], checker: Checker, *, as_json: bool) -> int:
     tally = Tally()
     for path in paths:
         for name, data in _read_inputs(path):
@@ -326,6 +373,15 @@ def workers(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of processes (1 or more)")
     return number
+
+
+def ledger_url(value: str) -> str:
+    """An argparse type: the URL of a Redis ledger."""
+    if not value.startswith(("redis://", "rediss://", "unix://")):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a Redis URL (redis://host:port/db, rediss:// or unix://)"
+        )
+    return value
 
 
 def chain_hash(value: str) -> str:

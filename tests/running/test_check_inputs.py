@@ -398,9 +398,9 @@ INPUTS = [
             (
                 "follow.json: input[0] c9 -: orphan [block]: no function_call with call_id c9 "
                 "precedes this output: not inline, not behind an item_reference, not in the "
-                "previous_response_id chain the proxy recorded; its call may be only in the ledger "
-                "(previous_response_id resp_1), which check cannot see: it reads files, not the "
-                "proxy's ledger"
+                "previous_response_id chain the proxy recorded; the paired item may be only in "
+                "the ledger (previous_response_id resp_1), which check cannot see: pass --ledger "
+                "redis://... (and --tenant)"
             )
         ],
         [("follow.json", None, "input[0]", "orphan")],
