@@ -270,6 +270,7 @@ def check_files(paths: Sequence[str], checker: Checker, *, as_json: bool) -> int
         for name, data in _read_inputs(path):
             if isinstance(data, UnreadableInput):
                 tally.unreadable += 1
+                sys.stdout.flush()
                 print(report_unreadable(data), file=sys.stderr)  # noqa: T201
                 continue
             for document in iter_documents(name, data):

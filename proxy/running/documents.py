@@ -17,6 +17,7 @@ Kind = Literal["request", "items", "response", "input_items", "audit_record", "c
 # to _MAX_WRAPPING deep (`{"request": {"body": {...}}}`), as an object or a JSON string.
 WRAPPERS = ("request", "body", "params")
 _MAX_WRAPPING = 3
+JSON_LINES = (".jsonl", ".ndjson")
 
 
 @dataclass(frozen=True)
@@ -87,16 +88,19 @@ def iter_documents(name: str, data: bytes) -> Iterator[Document | Unreadable]:
     if not filled:
         yield Unreadable(name, None, "no JSON document in the file")
         return
-    try:
-        whole = strictjson.loads(text)
-    except strictjson.StrictJSONError as exc:
-        # JSON Lines when its first line is a value of its own, or (that line broken) its second.
-        if not any(_parses(lines[i]) for i in filled[:2]) or len(filled) < 2:
-            yield Unreadable(name, None, str(exc))
+    # A .jsonl file is JSON Lines even when it has one line: its findings name that line.
+    if not name.endswith(JSON_LINES):
+        try:
+            whole = strictjson.loads(text)
+        except strictjson.StrictJSONError as exc:
+            # JSON Lines when its first line is a value of its own, or (that one broken) its
+            # second.
+            if not any(_parses(lines[i]) for i in filled[:2]) or len(filled) < 2:
+                yield Unreadable(name, None, str(exc))
+                return
+        else:
+            yield from _read(name, None, whole, text)
             return
-    else:
-        yield from _read(name, None, whole, text)
-        return
     for number, line in enumerate(lines, start=1):
         if _blank(line):
             continue
