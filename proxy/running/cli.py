@@ -94,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument(
         "--tenant",
         default="-",
-        help="whose records --ledger reads: the tenant of the audit records (t_...); default - "
-        "(a proxy without clients:)",
+        help="whose records --ledger reads: the tenant of its audit records (a clients: name or "
+        "t_...); default - (a request without a credential)",
     )
 
     config_commands = commands.add_parser("config", help="the config file").add_subparsers(
