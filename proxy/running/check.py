@@ -151,16 +151,23 @@ class Checker:
         return Checked(document, _strictest([r.finding for r in reported]), tuple(reported))
 
     def judge_call(self, call: dict[str, Any], tools: Any) -> Finding | None:
-        body = {
-            "tools": tools if isinstance(tools, list) else [],
-            "input": [call, {"type": "function_call_output", "call_id": call.get("call_id")}],
-        }
+        """The finding its replay would have, or None; an output answering it is made up."""
+        call_id = call.get("call_id")
+        if not isinstance(call_id, str):
+            # Paired under a made-up id: the call is judged, not the missing id.
+            call = {**call, "call_id": "-"}
+        output = {"type": "function_call_output", "call_id": call["call_id"], "output": ""}
+        body = {"tools": tools if isinstance(tools, list) else [], "input": [call, output]}
         verdict = inspect(body, self.emitted, caches=self.emitted_caches)
         found = [f for f in verdict.findings if f.index == 1]
         if not found:
             return None
         return replace(
-            found[0], index=0, paired_index=None, action=self.policy.action_for(found[0].reason)
+            found[0],
+            index=0,
+            paired_index=None,
+            call_id=call_id if isinstance(call_id, str) else None,
+            action=self.policy.action_for(found[0].reason),
         )
 
     def audit_record(self, document: Document) -> Checked:

@@ -199,6 +199,10 @@ def _classify(value: dict[str, Any], via: str | None, depth: int) -> Iterator[_F
         return
     if "input" in value:
         yield "request", value, via, None, False
+        if isinstance(value.get("output"), list):
+            # A log record of a whole exchange: the input sent and the output it got.
+            answer = {"output": value["output"]}
+            yield "response", answer, via, value.get("tools"), False
         return
     if isinstance(value.get("messages"), list):
         yield "chat_completions", value, via, None, False
@@ -240,8 +244,13 @@ def _object(value: Any) -> dict[str, Any] | None:
 def _is_response(value: dict[str, Any]) -> bool:
     if value.get("object") == "response":
         return True
-    # Without its `object`: an `output` array and none of the keys of an item.
-    return isinstance(value.get("output"), list) and not set(value) & {"type", "role", "call_id"}
+    # Without its `object`: an `output` array and none of the keys of an item or a request.
+    return isinstance(value.get("output"), list) and not set(value) & {
+        "type",
+        "role",
+        "call_id",
+        "input",
+    }
 
 
 def _is_document(value: Any) -> bool:

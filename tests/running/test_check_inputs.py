@@ -233,6 +233,22 @@ INPUTS = [
         id="response-call-in-progress",
     ),
     pytest.param(
+        {"x.jsonl": lines(CLEAN | {"output": [ASSISTANT, BAD_CALL]})},
+        [],
+        [f"x.jsonl:1: output[1] call_7 get_latest_sales_report: arguments_schema [block]: {ENUM}"],
+        [("x.jsonl", 1, "output[1]", "arguments_schema")],
+        1,
+        id="log-line-of-an-exchange-input-and-output",
+    ),
+    pytest.param(
+        {"resp.json": json.dumps(response({k: v for k, v in BAD_CALL.items() if k != "call_id"}))},
+        [],
+        [f"resp.json: output[0] - get_latest_sales_report: arguments_schema [block]: {ENUM}"],
+        [("resp.json", None, "output[0]", "arguments_schema")],
+        1,
+        id="response-call-without-call-id",
+    ),
+    pytest.param(
         {"resp.json": json.dumps(response(ASSISTANT, GOOD_CALL))},
         [],
         [],
