@@ -15,6 +15,7 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
 from proxy.gate.failure import failure_output
 from proxy.gate.items import Item
+from proxy.gate.messages import detail_of
 from proxy.gate.pairing import NOTHING_RECORDED, Pairing, Recorded
 from proxy.gate.policy import (
     AMBIGUOUS_ITEM,
@@ -47,6 +48,9 @@ class Finding:
     reference: str | None = None
     # The top-level properties of the arguments that passed their schema.
     passed: tuple[str, ...] = ()
+    # What the paired item shows of the reason, in words (`messages.detail_of`): "status is
+    # missing", the item's type.
+    detail: str | None = None
 
     def as_dict(self, *, include_arguments: bool = False) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -252,7 +256,9 @@ class _Inspection:
                 index, call_id, "arguments_schema", paired_index, name, reason[0], arguments
             )
             return replace(schema_failed, passed=reason[1])
-        return self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
+        found = self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
+        emitted = self.recorded.emitted_statuses(call) if reason == "status" else ()
+        return replace(found, detail=detail_of(reason, call, emitted))
 
     def check_call(
         self, call: Item, *, recorded: bool
