@@ -46,6 +46,10 @@ def loaded(module: str) -> set[str]:
         pytest.param("proxy.gate.verdict", [*HTTP_STACK, "yaml"], id="gate"),
         pytest.param("proxy.gate.host", [*HTTP_STACK, "yaml"], id="host-check"),
         pytest.param("proxy.running.check", [*HTTP_STACK, "yaml"], id="check"),
+        # What `check` reads is told apart by its shape: no schemas are needed for that.
+        pytest.param(
+            "proxy.running.documents", [*HTTP_STACK, "jsonschema", "yaml"], id="check-documents"
+        ),
         # The audit report reads JSON lines: no HTTP, no schemas, no YAML.
         pytest.param("proxy.running.report_html", [*HTTP_STACK, "jsonschema", "yaml"], id="report"),
         pytest.param("proxy.running.audit_tail", [*HTTP_STACK, "jsonschema", "yaml"], id="tail"),

@@ -59,7 +59,8 @@ class Request:
     # None where the transport frames JSON itself (a WebSocket text frame): no header to check.
     content_type: str | None = None
     content_encoding: str = ""
-    # When the body began to arrive (`time.perf_counter()`), for the gate's time; None: now.
+    # When the whole body had arrived (`time.perf_counter()`): the gate's time starts there.
+    # None: now.
     started: float | None = None
 
     def __post_init__(self) -> None:
@@ -231,18 +232,25 @@ async def _inspect(
         # subschemas, within the limits) must not hold every other client's request.
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
     verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches)
+    metrics.verdict_cache.set(len(caches.verdicts))
     if verdict.findings:
         for finding in verdict.findings:
             metrics.findings.labels(finding.reason, finding.action).inc()
-        audit_log.write(
-            audit.Request(
-                request_id=request.request_id,
-                transport=request.transport,
-                path=request.path,
-                body=parsed,
-                raw=request.raw,
-                tenant=tenant,
-            ),
-            verdict,
-        )
+        try:
+            audit_log.write(
+                audit.Request(
+                    request_id=request.request_id,
+                    transport=request.transport,
+                    path=request.path,
+                    body=parsed,
+                    raw=request.raw,
+                    tenant=tenant,
+                ),
+                verdict,
+            )
+        except OSError:
+            # Counted, and still a failure of the request's (a 500, its traceback logged): a
+            # request with findings goes nowhere unrecorded.
+            metrics.audit_write_failures.inc()
+            raise
     return verdict, view

@@ -17,6 +17,7 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
 from proxy.gate.failure import failure_output
 from proxy.gate.items import Item
+from proxy.gate.messages import detail_of
 from proxy.gate.pairing import NOTHING_RECORDED, Pairing, Recorded
 from proxy.gate.policy import (
     AMBIGUOUS_ITEM,
@@ -67,6 +68,9 @@ class Finding:
     # The `type` of the item the finding is about, where the output's paired call does not say
     # it: a foreign item's; for `not_portable`, which of the pair breaks the spec's schema.
     item_type: str | None = None
+    # What the paired item shows of the reason, in words (`messages.detail_of`): "status is
+    # missing", the item's type.
+    detail: str | None = None
 
     def as_dict(self, *, include_arguments: bool = False) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -318,7 +322,9 @@ class _Inspection:
                 index, call_id, reason.reason, paired_index, name, reason.fail, arguments
             )
             return replace(failed, passed=reason.passed, item_type=reason.item_type)
-        return self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
+        found = self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
+        emitted = self.recorded.emitted_statuses(call) if reason == "status" else ()
+        return replace(found, detail=detail_of(reason, call, emitted))
 
     def check_call(self, call: Item, output: Item, *, recorded: bool) -> str | Failed | None:
         """The first reason the paired item (or, for `not_portable`, its output) fails, with

@@ -1,120 +1,385 @@
-"""The gate offline: read logged request bodies (JSON or JSON Lines), report each output."""
+"""The gate offline: judge each document `check` read, and report every finding with its
+sentence, then a summary by reason and tool."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.gate import items, strictjson
-from proxy.gate.verdict import Finding, Verdict
+from proxy.gate import items
+from proxy.gate.caches import GateCaches
+from proxy.gate.messages import message
+from proxy.gate.pairing import NOTHING_RECORDED, Recorded
+from proxy.gate.policy import Outcome, Policy
+from proxy.gate.schemas import Violation
+from proxy.gate.verdict import Finding, inspect
+from proxy.running.documents import Document, Unreadable
 
+# Exit codes, as `check --help` and the README say them.
+CLEAN, FINDINGS, UNREADABLE = 0, 1, 2
 
-class DocumentError(ValueError):
-    """A file that cannot be read as request bodies; the message names the file and position."""
+_STRICTER: dict[Outcome, int] = {"forward": 0, "rewrite": 1, "strip": 2, "block": 3}
+# The reasons whose recorded finding depends only on the call's arguments and its tool's schema:
+# an audit record that kept the arguments is judged again against the pinned schema.
+_ARGUMENT_REASONS = frozenset(
+    {"arguments_type", "arguments_parse", "unknown_tool", "arguments_schema"}
+)
+
+# The reasons a request can have offline only because its calls are in the proxy's ledger.
+_IN_THE_LEDGER = frozenset({"orphan", "unknown_reference", "provenance"})
+_CHAT = (
+    "a Chat Completions body (messages, not input): the proxy gates Open Responses requests, "
+    "and sent as input its tool calls and tool results are envelope items"
+)
 
 
 @dataclass(frozen=True)
-class Document:
-    """One request body from a file; `line` is set for JSON Lines."""
+class Reported:
+    """One finding as `check` reports it: where in its document, and its sentence."""
 
-    body: dict[str, Any]
-    line: int | None = None
-
-
-def iter_documents(name: str, data: bytes) -> Iterator[Document]:
-    """One JSON document, or JSON Lines of them; each a request body or a bare array of items."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DocumentError(f"{name}: invalid UTF-8 at byte {exc.start}") from None
-    # JSON Lines ends a line at "\n" only: a raw U+2028 or NEL inside a string is part of the
-    # string (str.splitlines would cut there). A "\r" before it is JSON whitespace.
-    lines = text.split("\n")
-    first = next((i for i, line in enumerate(lines) if not _blank(line)), None)
-    if first is None:
-        raise DocumentError(f"{name}: no JSON document in the file")
-    try:
-        yield _document(name, strictjson.loads(text), None)
-        return
-    except strictjson.StrictJSONError as whole:
-        if not _parses(lines[first]):
-            raise DocumentError(f"{name}: {whole}") from None
-    for number, line in enumerate(lines, start=1):
-        if _blank(line):
-            continue
-        try:
-            value = strictjson.loads(line)
-        except strictjson.StrictJSONError as exc:
-            col = f" column {exc.colno}" if exc.colno is not None else ""
-            raise DocumentError(f"{name}: line {number}{col}: {exc.reason}") from None
-        yield _document(name, value, number)
+    where: str
+    finding: Finding
+    message: str
 
 
-def _blank(line: str) -> bool:
-    """Whether a line holds only JSON whitespace."""
-    return not line.strip(" \t\r")
+@dataclass(frozen=True)
+class Checked:
+    """One document's verdict: its outcome, its findings, and sentences about the document."""
+
+    document: Document
+    outcome: Outcome
+    reported: tuple[Reported, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
-def _parses(line: str) -> bool:
-    try:
-        strictjson.loads(line)
-    except strictjson.StrictJSONError:
-        return False
-    return True
+class Checker:
+    """Judges documents under one policy, with one set of caches for every document."""
+
+    def __init__(
+        self, policy: Policy, recorded: Callable[[Mapping[str, Any]], Recorded] | None = None
+    ) -> None:
+        self.policy = policy
+        # What the ledger recorded for a request (`check --ledger`); None: no ledger to read.
+        self.recorded = recorded
+        self.caches = GateCaches.for_policy(policy)
+        # A call the model emitted (a response's output, a Chat Completions tool call, recorded
+        # arguments) is judged as it would be replayed: its status is often absent, and no
+        # ledger says where it came from.
+        self.emitted = replace(policy, allow_missing_status=True, require_provenance=False)
+        self.emitted_caches = GateCaches.for_policy(self.emitted)
+
+    def check(self, document: Document) -> Checked:
+        if document.kind == "response":
+            return self.response(document)
+        if document.kind == "audit_record":
+            return self.audit_record(document)
+        if document.kind == "chat_completions":
+            return self.chat_completions(document)
+        return self.request(document)
+
+    def request(self, document: Document) -> Checked:
+        body = document.value
+        recorded = NOTHING_RECORDED if self.recorded is None else self.recorded(body)
+        verdict = inspect(body, self.policy, recorded, self.caches)
+        size = len(body["input"]) if isinstance(body.get("input"), list) else 0
+        previous = body.get("previous_response_id")
+        notes: tuple[str, ...] = ()
+        if document.reversed:
+            notes = ("an input_items list, read newest first (the API's default order)",)
+        reported = []
+        for f in verdict.findings:
+            if document.kind == "input_items":
+                index = size - 1 - f.index if document.reversed else f.index
+                where = f"data[{index}]"
+            else:
+                where = f"input[{f.index}]"
+            said = message(f)
+            if self.recorded is None and f.reason in _IN_THE_LEDGER:
+                said += _offline(f.reason, previous)
+            reported.append(Reported(_via(document, where), f, said))
+        return Checked(document, verdict.outcome, tuple(reported), notes)
+
+    def response(self, document: Document) -> Checked:
+        response = document.value
+        tools = document.tools if document.tools is not None else response.get("tools")
+        output = response.get("output")
+        calls = [
+            (f"output[{i}]", item)
+            for i, item in enumerate(output if isinstance(output, list) else [])
+            if items.kind(item) == items.FUNCTION_CALL
+        ]
+        return self.calls(document, calls, tools)
+
+    def chat_completions(self, document: Document) -> Checked:
+        body = document.value
+        messages = body["messages"]
+        verdict = inspect({"input": messages}, self.policy, caches=self.caches)
+        reported = [
+            Reported(_via(document, f"messages[{f.index}]"), f, message(f))
+            for f in verdict.findings
+            if f.reason == "envelope"
+        ]
+        if not reported:
+            whole = Finding(0, "envelope", self.policy.action_for("envelope"))
+            reported.append(Reported(_via(document, "messages"), whole, _CHAT))
+        calls = []
+        for i, item in enumerate(messages):
+            tool_calls = item.get("tool_calls") if isinstance(item, dict) else None
+            for j, tool_call in enumerate(tool_calls if isinstance(tool_calls, list) else []):
+                call = _chat_call(tool_call)
+                if call is not None:
+                    calls.append((f"messages[{i}].tool_calls[{j}]", call))
+        judged = self.calls(document, calls, body.get("tools"))
+        return Checked(
+            document,
+            _strictest([*(r.finding for r in reported), *(r.finding for r in judged.reported)]),
+            (*reported, *judged.reported),
+            (_CHAT,),
+        )
+
+    def calls(self, document: Document, calls: Sequence[tuple[str, Any]], tools: Any) -> Checked:
+        """Each call judged on its own, as its replay would be: against `tools`, the pinned
+        schemas first."""
+        reported = []
+        for where, call in calls:
+            finding = self.judge_call(call, tools)
+            if finding is not None:
+                reported.append(Reported(_via(document, where), finding, message(finding)))
+        return Checked(document, _strictest([r.finding for r in reported]), tuple(reported))
+
+    def judge_call(self, call: dict[str, Any], tools: Any) -> Finding | None:
+        """The finding its replay would have, or None; an output answering it is made up."""
+        call_id = call.get("call_id")
+        if not isinstance(call_id, str):
+            # Paired under a made-up id: the call is judged, not the missing id.
+            call = {**call, "call_id": "-"}
+        output = {"type": "function_call_output", "call_id": call["call_id"], "output": ""}
+        body = {"tools": tools if isinstance(tools, list) else [], "input": [call, output]}
+        verdict = inspect(body, self.emitted, caches=self.emitted_caches)
+        found = [f for f in verdict.findings if f.index == 1]
+        if not found:
+            return None
+        return replace(
+            found[0],
+            index=0,
+            paired_index=None,
+            call_id=call_id if isinstance(call_id, str) else None,
+            action=self.policy.action_for(found[0].reason),
+        )
+
+    def audit_record(self, document: Document) -> Checked:
+        """What a record holds: its findings, each judged again when the record kept the call's
+        arguments and the config pins its tool's schema; else reported as recorded."""
+        record = document.value
+        emitted = record.get("event") == "emitted_call_rejected"
+        reported: list[Reported] = []
+        notes: list[str] = []
+        for recorded in record["findings"]:
+            finding = _recorded_finding(recorded, self.policy)
+            if finding is None:
+                notes.append(f"a finding that is not one the proxy writes: {_shown(recorded)}")
+                continue
+            where = f"{'output' if emitted else 'input'}[{finding.index}]"
+            if (
+                finding.reason in _ARGUMENT_REASONS
+                and "arguments" in recorded
+                and finding.name in self.policy.pinned
+            ):
+                call = {
+                    "type": "function_call",
+                    "call_id": finding.call_id,
+                    "name": finding.name,
+                    "status": "completed",
+                    "arguments": recorded["arguments"],
+                }
+                again = self.judge_call(call, [])
+                if again is None:
+                    notes.append(
+                        f"{where}: recorded {finding.reason}, and its arguments pass the pinned "
+                        f"schema of {finding.name} now"
+                    )
+                    continue
+                finding = replace(
+                    again,
+                    index=finding.index,
+                    paired_index=finding.paired_index,
+                    call_id=finding.call_id,
+                )
+            reported.append(Reported(_via(document, where), finding, message(finding)))
+        return Checked(
+            document, _strictest([r.finding for r in reported]), tuple(reported), tuple(notes)
+        )
 
 
-def _document(name: str, value: Any, line: int | None) -> Document:
-    if isinstance(value, list):
-        return Document({"input": value}, line)
-    if isinstance(value, dict):
-        if "input" in value and not isinstance(value["input"], list | str):
-            where = f"{name}: line {line}" if line is not None else name
-            raise DocumentError(f"{where}: `input` is neither an array of items nor a string")
-        return Document(value, line)
-    where = f"{name}: line {line}" if line is not None else name
-    raise DocumentError(f"{where}: a document is a request body (object) or an array of items")
+def _offline(reason: str, previous: Any) -> str:
+    """What check cannot see without the ledger, and how to let it."""
+    hint = "which check cannot see: pass --ledger redis://... (and --tenant)"
+    if reason == "provenance":
+        return f"; what the proxy relayed is only in the ledger, {hint}"
+    if reason == "orphan" and not isinstance(previous, str):
+        return ""
+    where = f" (previous_response_id {previous})" if isinstance(previous, str) else ""
+    return f"; the paired item may be only in the ledger{where}, {hint}"
 
 
-def report_json(verdict: Verdict) -> str:
-    return json.dumps(
-        {"outcome": verdict.outcome, "findings": [f.as_dict() for f in verdict.findings]}
+def _via(document: Document, where: str) -> str:
+    return f"{document.via}.{where}" if document.via else where
+
+
+def _strictest(findings: Iterable[Finding]) -> Outcome:
+    outcome: Outcome = "forward"
+    for f in findings:
+        action: Outcome = "forward" if f.action == "log" else f.action
+        if _STRICTER[action] > _STRICTER[outcome]:
+            outcome = action
+    return outcome
+
+
+def _chat_call(tool_call: Any) -> dict[str, Any] | None:
+    """A Chat Completions tool call as the function_call item it stands for."""
+    if not isinstance(tool_call, dict) or tool_call.get("type", "function") != "function":
+        return None
+    function = tool_call.get("function")
+    if not isinstance(function, dict):
+        return None
+    return {
+        "type": "function_call",
+        "call_id": tool_call.get("id"),
+        "name": function.get("name"),
+        "arguments": function.get("arguments"),
+    }
+
+
+def _recorded_finding(recorded: Any, policy: Policy) -> Finding | None:
+    """A finding as an audit record keeps it, with the action the config gives its reason."""
+    if not isinstance(recorded, dict):
+        return None
+    index, reason = recorded.get("index"), recorded.get("reason")
+    if not isinstance(index, int) or isinstance(index, bool) or not isinstance(reason, str):
+        return None
+    call_id, name = recorded.get("call_id"), recorded.get("name")
+    paired = recorded.get("paired_index")
+    fail = recorded.get("fail")
+    violations = tuple(
+        Violation(
+            v["path"],
+            v["reason"],
+            v.get("message") if isinstance(v.get("message"), str) else None,
+            (v["expected"],) if "expected" in v else (),
+        )
+        for v in (fail if isinstance(fail, list) else [])
+        if isinstance(v, dict)
+        and isinstance(v.get("path"), str)
+        and isinstance(v.get("reason"), str)
+    )
+    passed = recorded.get("pass")
+    reference = recorded.get("id")
+    return Finding(
+        index,
+        reason,
+        policy.action_for(reason),
+        call_id if isinstance(call_id, str) else None,
+        paired if isinstance(paired, int) and not isinstance(paired, bool) else None,
+        name if isinstance(name, str) else None,
+        violations,
+        recorded.get("arguments"),
+        reference if isinstance(reference, str) else None,
+        tuple(p for p in passed if isinstance(p, str)) if isinstance(passed, list) else (),
     )
 
 
-def report_lines(name: str, document: Document, verdict: Verdict) -> Iterator[str]:
-    """One line per function_call_output (and per envelope item), then the outcome."""
-    prefix = f"{name}:{document.line}" if document.line is not None else name
-    input_items = document.body.get("input")
-    # An output that is also an envelope has two findings: one line each.
-    findings: dict[int, list[Finding]] = {}
-    for f in verdict.findings:
-        findings.setdefault(f.index, []).append(f)
-    if isinstance(input_items, list):
-        for index, item in enumerate(input_items):
-            found = findings.get(index, [])
-            if not items.is_output(item) and not found:
-                continue
-            call_id = items.output_call_id(item) if items.is_output(item) else None
-            if not found:
-                name_ = _tool_name(input_items, index, call_id)
-                yield f"{prefix}: input[{index}] {call_id} {name_ or '-'}: ok"
-                continue
-            for finding in found:
-                detail = finding.reason
-                if finding.fail:
-                    detail += " " + ", ".join(f"{v.path or '/'} ({v.reason})" for v in finding.fail)
-                yield (
-                    f"{prefix}: input[{index}] {finding.call_id or '-'} {finding.name or '-'}: "
-                    f"{detail} [{finding.action}]"
-                )
-    yield f"{prefix}: outcome {verdict.outcome}, {len(verdict.findings)} finding(s)"
+def _shown(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)[:200]
 
 
-def _tool_name(input_items: list[Any], index: int, call_id: str | None) -> str | None:
-    for item in reversed(input_items[:index]):
-        if call_id is not None and items.pairing_key(item) == call_id:
-            name = item.get("name")
-            return name if isinstance(name, str) else None
-    return None
+# Reports
+
+
+@dataclass
+class Tally:
+    """What the summary counts: documents, findings by reason and tool, unreadable input."""
+
+    documents: int = 0
+    dirty: int = 0
+    unreadable: int = 0
+    files: set[str] = field(default_factory=set)
+    by_reason_tool: Counter[tuple[str, str]] = field(default_factory=Counter)
+    actions: Counter[str] = field(default_factory=Counter)
+
+    def add(self, checked: Checked) -> None:
+        self.documents += 1
+        self.files.add(checked.document.file)
+        self.dirty += bool(checked.reported)
+        for r in checked.reported:
+            self.by_reason_tool[(r.finding.reason, r.finding.name or "-")] += 1
+            self.actions[r.finding.action] += 1
+
+    @property
+    def findings(self) -> int:
+        return sum(self.by_reason_tool.values())
+
+    def exit_code(self) -> int:
+        if self.unreadable:
+            return UNREADABLE
+        return FINDINGS if self.findings else CLEAN
+
+
+def iter_lines(checked: Checked) -> Iterator[str]:
+    """A document's notes and one line per finding: where, the call, the reason, the action,
+    and the finding's sentence."""
+    prefix = checked.document.where
+    for note in checked.notes:
+        yield f"{prefix}: {note}"
+    for r in checked.reported:
+        f = r.finding
+        yield (
+            f"{prefix}: {r.where} {f.call_id or '-'} {f.name or '-'}: {f.reason} [{f.action}]: "
+            f"{r.message}"
+        )
+
+
+def iter_json(checked: Checked) -> Iterator[str]:
+    """One JSON line per finding: its file, line and place, the document's kind, the finding."""
+    document = checked.document
+    for r in checked.reported:
+        finding = r.finding.as_dict() | {"action": r.finding.action, "message": r.message}
+        yield json.dumps(
+            {
+                "file": document.file,
+                "line": document.line,
+                "element": document.element,
+                "kind": document.kind,
+                "where": r.where,
+                "outcome": checked.outcome,
+                "finding": finding,
+            },
+            ensure_ascii=False,
+        )
+
+
+def iter_summary(tally: Tally) -> Iterator[str]:
+    """The findings counted by reason and tool, then the totals."""
+    if tally.by_reason_tool:
+        rows = sorted(tally.by_reason_tool.items(), key=lambda row: (-row[1], row[0]))
+        reason_width = max(len("reason"), *(len(r) for (r, _), _ in rows))
+        tool_width = max(len("tool"), *(len(t) for (_, t), _ in rows))
+        yield ""
+        yield f"{'reason':<{reason_width}}  {'tool':<{tool_width}}  findings"
+        for (reason, tool), count in rows:
+            yield f"{reason:<{reason_width}}  {tool:<{tool_width}}  {count:>8}"
+    actions = ", ".join(f"{n} {a}" for a, n in sorted(tally.actions.items()))
+    files = len(tally.files)
+    line = (
+        f"{tally.documents} document(s) in {files} file(s): {tally.findings} finding(s)"
+        f"{' (' + actions + ')' if actions else ''} in {tally.dirty} document(s)"
+    )
+    if tally.unreadable:
+        line += f"; {tally.unreadable} unreadable (named on stderr)"
+    yield line
+
+
+def report_unreadable(unreadable: Unreadable) -> str:
+    return f"replay-proxy: {unreadable}"

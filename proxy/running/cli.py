@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import glob
 import hashlib
 import ipaddress
 import logging
@@ -18,11 +19,18 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import BinaryIO, NoReturn
 
 from proxy.config import Config
-from proxy.gate.caches import GateCaches
-from proxy.gate.verdict import inspect
 from proxy.running.audit_tail import iter_follow, read_last
-from proxy.running.check import DocumentError, iter_documents, report_json, report_lines
+from proxy.running.check import (
+    Checker,
+    Tally,
+    iter_json,
+    iter_lines,
+    iter_summary,
+    report_unreadable,
+)
 from proxy.running.config_file import iter_defaults, load_config
+from proxy.running.documents import WRAPPERS, iter_documents
+from proxy.running.documents import Unreadable as UnreadableInput
 from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
 from proxy.running.report_html import render_html
 from proxy.settings import ConfigError
@@ -67,10 +75,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
 
-    check = commands.add_parser("check", help="gate logged request bodies offline")
-    check.add_argument("file", help="a request body, an array of items, or JSON Lines; - = stdin")
-    check.add_argument("--config", help="a proxy config: pinned schemas and gate settings")
-    check.add_argument("--json", action="store_true", help="one JSON verdict per document")
+    check = commands.add_parser(
+        "check",
+        help="gate logged requests, responses and audit records offline",
+        description=CHECK_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("files", nargs="+", metavar="FILE", help="files or globs; - = stdin")
+    check.add_argument("--config", help="a proxy config: pinned schemas and gate actions")
+    check.add_argument("--json", action="store_true", help="one JSON line per finding")
+    check.add_argument(
+        "--ledger",
+        type=ledger_url,
+        metavar="URL",
+        help="the proxy's Redis ledger (redis://host:port/db): a follow-up's outputs pair with "
+        "the calls it recorded",
+    )
+    check.add_argument(
+        "--tenant",
+        default="-",
+        help="whose records --ledger reads: the tenant of its audit records (a clients: name or "
+        "t_...); default - (a request without a credential)",
+    )
 
     config_commands = commands.add_parser("config", help="the config file").add_subparsers(
         dest="config_command", required=True
@@ -119,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "serve":
         return run_serve(config, args)
-    return run_check(args.file, config, as_json=args.json)
+    return run_check(args.files, config, as_json=args.json, ledger=args.ledger, tenant=args.tenant)
 
 
 def check_config(args: argparse.Namespace) -> Config:
@@ -136,7 +162,7 @@ def serve_config(args: argparse.Namespace) -> Config:
 def run_serve(config: Config, args: argparse.Namespace) -> int:
     # Imported here so that `check` never loads the HTTP stack.
     from proxy.running.serving import serve
-    from proxy.running.workers import free_port, supervise
+    from proxy.running.workers import MULTIPROC_ENV, free_port, supervise
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -153,7 +179,18 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
             worker_args += ["--upstream", args.upstream]
         return supervise(worker_args, args.workers)
     try:
-        asyncio.run(serve(config, reuse_port=args.reuse_port, reload=lambda: serve_config(args)))
+        # Set by the supervisor of `--workers N` (or the operator's own): where the workers'
+        # metrics meet, so that a scrape of any of them reads the whole service.
+        metrics_dir = os.environ.get(MULTIPROC_ENV)
+        if metrics_dir is not None and not os.path.isdir(metrics_dir):
+            raise ConfigError(f"{MULTIPROC_ENV}: {metrics_dir!r} is not a directory")
+        served = serve(
+            config,
+            reuse_port=args.reuse_port,
+            reload=lambda: serve_config(args),
+            metrics_dir=metrics_dir,
+        )
+        asyncio.run(served)
     except ConfigError as exc:
         print(f"replay-proxy: {blame_flags(str(exc), args)}", file=sys.stderr)  # noqa: T201
         return 2
@@ -190,33 +227,95 @@ def run_defaults() -> int:
     return 0
 
 
-def run_check(path: str, config: Config, *, as_json: bool) -> int:
-    name = "<stdin>" if path == "-" else path
+CHECK_DESCRIPTION = f"""\
+Gate what was logged, as the proxy would have. Each FILE is one JSON value or JSON Lines of
+them; each value is found as one of: a request body (or a JSON array of them, or a bare
+array of input items); a log line wrapping a request under {", ".join(WRAPPERS)} (nested, as
+an object or a JSON string, with the answer beside it under response); a response object (its
+output calls against its request's tools, else the pinned schemas); an input_items list
+({{"object": "list", "data": [...]}}); an audit record (its findings, judged again when it kept
+the arguments); a Chat Completions body (an envelope finding). A follow-up's outputs pair
+with the calls of the previous response only through the proxy's ledger: --ledger reads a
+Redis one.
+
+exit codes: 0 every document read and clean, 1 findings, 2 some input unreadable (named on
+stderr; the rest is still checked) or a usage or config mistake."""
+
+
+def run_check(
+    paths: Sequence[str],
+    config: Config,
+    *,
+    as_json: bool,
+    ledger: str | None = None,
+    tenant: str = "-",
+) -> int:
+    if ledger is None:
+        return check_files(paths, Checker(config.gate), as_json=as_json)
+    from proxy.running.check_ledger import LedgerFault, LedgerReader
+
     try:
-        if path == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-    except OSError as exc:
-        print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
+        reader = LedgerReader(
+            ledger, tenant, config.ledger, provenance=config.gate.require_provenance
+        )
+    except LedgerFault as exc:
+        print(f"replay-proxy: --ledger: cannot read {ledger}: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    out: list[str] = []
-    dirty = False
-    caches = GateCaches.for_policy(config.gate)
     try:
-        for document in iter_documents(name, data):
-            verdict = inspect(document.body, config.gate, caches=caches)
-            dirty = dirty or bool(verdict.findings)
-            if as_json:
-                out.append(report_json(verdict))
-            else:
-                out.extend(report_lines(name, document, verdict))
-    except DocumentError as exc:
-        print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        code = check_files(paths, Checker(config.gate, reader.recorded), as_json=as_json)
+    finally:
+        reader.close()
+    if reader.faults:
+        print(  # noqa: T201
+            f"replay-proxy: --ledger: {reader.faults} read(s) failed: their outputs were judged "
+            "as if nothing was recorded",
+            file=sys.stderr,
+        )
         return 2
-    sys.stdout.write("".join(line + "\n" for line in out))
-    return 1 if dirty else 0
+    return code
+
+
+def check_files(paths: Sequence[str], checker: Checker, *, as_json: bool) -> int:
+    tally = Tally()
+    for path in paths:
+        for name, data in _read_inputs(path):
+            if isinstance(data, UnreadableInput):
+                tally.unreadable += 1
+                sys.stdout.flush()
+                print(report_unreadable(data), file=sys.stderr)  # noqa: T201
+                continue
+            for document in iter_documents(name, data):
+                if isinstance(document, UnreadableInput):
+                    tally.unreadable += 1
+                    sys.stdout.flush()
+                    print(report_unreadable(document), file=sys.stderr)  # noqa: T201
+                    continue
+                checked = checker.check(document)
+                tally.add(checked)
+                lines = iter_json(checked) if as_json else iter_lines(checked)
+                sys.stdout.write("".join(line + "\n" for line in lines))
+    if not as_json and tally.documents:
+        sys.stdout.write("".join(line + "\n" for line in iter_summary(tally)))
+    return tally.exit_code()
+
+
+def _read_inputs(path: str) -> Iterator[tuple[str, bytes | UnreadableInput]]:
+    """The bytes of `-` (stdin), of a file, or of each file a glob matches, in name order."""
+    if path == "-":
+        yield "<stdin>", sys.stdin.buffer.read()
+        return
+    names = [path]
+    if glob.has_magic(path) and not os.path.exists(path):
+        names = sorted(glob.glob(path, recursive=True))
+        if not names:
+            yield path, UnreadableInput(path, None, "no file matches")
+            return
+    for name in names:
+        try:
+            with open(name, "rb") as f:
+                yield name, f.read()
+        except OSError as exc:
+            yield name, UnreadableInput(name, None, f"cannot read: {exc.strerror}")
 
 
 def run_hash_key() -> int:
@@ -286,6 +385,15 @@ def workers(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of processes (1 or more)")
     return number
+
+
+def ledger_url(value: str) -> str:
+    """An argparse type: the URL of a Redis ledger."""
+    if not value.startswith(("redis://", "rediss://", "unix://")):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a Redis URL (redis://host:port/db, rediss:// or unix://)"
+        )
+    return value
 
 
 def chain_hash(value: str) -> str:

@@ -28,14 +28,16 @@ async def serve(
     *,
     reuse_port: bool = False,
     reload: Callable[[], Config] | None = None,
+    metrics_dir: str | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting and let requests in flight finish.
 
     SIGHUP calls `reload` for a new config and puts it in force for new requests.
+    `metrics_dir` is the multiprocess directory of a worker's service (see `make_app`).
     """
     grace_s = config.listen.shutdown_grace_s
     return_large_buffers()
-    app = make_app(config)
+    app = make_app(config, metrics_dir=metrics_dir)
     in_flight = InFlight()
     app.middlewares.append(in_flight.middleware)
     # The grace is kept by `InFlight.drain`; by the time the runner closes the connections no

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from types import FrameType
@@ -16,6 +20,8 @@ log = logging.getLogger("replay_proxy")
 # A worker that dies within this many seconds of its start is not restarted (it would only
 # die again: a port in use, a broken config); one that ran longer is replaced.
 _MIN_UPTIME_S = 5.0
+# Where prometheus-client's multiprocess mode keeps each process's metrics.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def free_port(host: str) -> int:
@@ -23,6 +29,16 @@ def free_port(host: str) -> int:
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def share_metrics() -> str:
+    """A fresh directory where the workers started from now on keep their metrics (prometheus
+    multiprocess mode), so that a scrape of any of them reads the whole service; removed when
+    this process exits."""
+    directory = tempfile.mkdtemp(prefix="replay-proxy-metrics-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    os.environ[MULTIPROC_ENV] = directory  # inherited by every worker
+    return directory
 
 
 def supervise(worker_args: Sequence[str], workers: int) -> int:
@@ -33,6 +49,7 @@ def supervise(worker_args: Sequence[str], workers: int) -> int:
     worker re-reads the config.
     """
     command = [sys.executable, "-m", "proxy", "serve", *worker_args]
+    share_metrics()
     stopping = False
 
     def stop(signum: int, frame: FrameType | None) -> None:

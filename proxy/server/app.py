@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -25,9 +26,10 @@ from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog
-from proxy.state.ledger import Ledger
+from proxy.state.ledger import Ledger, LedgerFault, Store
 from proxy.state.metrics import CONTENT_TYPE, Metrics
-from proxy.state.stores import open_store
+from proxy.state.stores import MemoryStore, open_store
+from proxy.state.worker_process import REFRESH_S
 
 log = logging.getLogger("replay_proxy")
 
@@ -134,7 +136,9 @@ async def _name_the_request(request: web.Request, response: web.StreamResponse) 
     request[_BEGUN] = response
 
 
-def make_app(config: Config) -> web.Application:
+def make_app(config: Config, *, metrics_dir: str | None = None) -> web.Application:
+    """The proxy for `config`; `metrics_dir` is the multiprocess directory its workers share
+    (PROMETHEUS_MULTIPROC_DIR), where a scrape reads the whole service."""
     # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
     # the decoded bytes it judged); a client that hangs up cancels its handler, which releases the
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
@@ -150,17 +154,25 @@ def make_app(config: Config) -> web.Application:
         },
     )
     app.on_response_prepare.append(_name_the_request)
-    app[IN_FORCE] = InForceHolder()
-    app[METRICS] = Metrics()
+    books = app[METRICS] = Metrics(
+        body_timeout_s=config.limits.body_timeout_s,
+        upstream_timeout_s=config.upstream.connect_timeout_s + config.upstream.read_timeout_s,
+        shared_ledger=config.ledger.backend == "redis",
+        multiprocess_dir=metrics_dir,
+    )
+    app[IN_FORCE] = InForceHolder(
+        on_reload=lambda applied: books.reloads.labels("applied" if applied else "rejected").inc()
+    )
     logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
 
     async def in_force_ctx(app: web.Application) -> AsyncIterator[None]:
         await app[IN_FORCE].start(config)
-        app[METRICS].verdict_cache.set_function(lambda: len(app[IN_FORCE].current.caches.verdicts))
         yield
         await app[IN_FORCE].close()
 
     app.cleanup_ctx.append(in_force_ctx)
+    if books.process is not None:
+        app.cleanup_ctx.append(_worker_process_ctx)
     app.cleanup_ctx.append(_audit_ctx)
     app.cleanup_ctx.append(_ledger_ctx)
     app.router.add_get("/-/healthy", healthy)
@@ -194,10 +206,36 @@ async def _ledger_ctx(app: web.Application) -> AsyncIterator[None]:
         max_chain=settings.max_chain,
         fail_open=settings.fail_open,
         on_fault=lambda operation: metrics.ledger_faults.labels(operation).inc(),
+        on_write=lambda: _recorded(metrics, store),
     )
-    metrics.ledger_responses.set_function(lambda: len(store))
     yield
     await store.close()
+
+
+async def _worker_process_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Write this worker's process figures now and every few seconds, for the scrapes that
+    land on the other workers."""
+    process = app[METRICS].process
+    assert process is not None
+
+    async def refresh() -> None:
+        while True:
+            process.refresh()
+            await asyncio.sleep(REFRESH_S)
+
+    task = asyncio.create_task(refresh())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _recorded(metrics: Metrics, store: Store) -> None:
+    metrics.ledger_writes.inc()
+    if isinstance(store, MemoryStore):
+        # Each worker's own: the service's gauge adds up every worker's latest size, which
+        # only this worker can set, so it does at each write (a shared store's at a scrape).
+        metrics.ledger_responses.set(len(store))
 
 
 async def healthy(request: web.Request) -> web.Response:
@@ -205,7 +243,18 @@ async def healthy(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
+    app = request.app
+    books = app[METRICS]
+    # The gauges of what is held now, read when asked (in multiprocess mode, a gauge is what
+    # its worker last set: there is no reading another worker's memory).
+    books.verdict_cache.set(len(app[IN_FORCE].current.caches.verdicts))
+    try:
+        books.ledger_responses.set(await app[LEDGER].store.size())
+    except LedgerFault as exc:
+        app[LEDGER].fault("size", exc)
+    # Rendering reads every worker's files: not on the event loop.
+    rendered = await asyncio.to_thread(books.render)
+    return web.Response(body=rendered, headers={"Content-Type": CONTENT_TYPE})
 
 
 async def proxy(request: web.Request) -> web.StreamResponse:
@@ -284,8 +333,15 @@ async def relay(
     recording: Recording | None = None,
 ) -> web.StreamResponse:
     app = request.app
-    streams = app[METRICS].open_streams
+    books = app[METRICS]
+    streams = books.open_streams
     streams.inc()
+    sent = time.perf_counter()
+    name = current.upstream.name
+
+    def answered(status: int) -> None:
+        books.upstream_answered(name, route, str(status), time.perf_counter() - sent)
+
     try:
         response = await current.upstream.relay(
             request,
@@ -295,9 +351,12 @@ async def relay(
             headers=headers,
             extra_headers=extra_headers,
             recording=recording,
+            on_head=answered,
         )
     except UpstreamError as exc:
-        app[METRICS].requests.labels(route, "upstream_error").inc()
+        status = exc.code.removeprefix("upstream_")
+        books.upstream_answered(name, route, status, time.perf_counter() - sent)
+        books.requests.labels(route, "upstream_error").inc()
         raise upstream_failure(request[REQUEST_ID], f"{request.method} {target}", exc) from None
     finally:
         streams.dec()
@@ -314,7 +373,6 @@ async def gate(
     route = targets.GATED[path]
     headers = request.headers
     content_type = ", ".join(headers.getall("Content-Type", ()))
-    started = time.perf_counter()
     try:
         # Refused before the body is read: no need to wait for one that will not be read.
         body.check_content_type(content_type)
@@ -327,6 +385,8 @@ async def gate(
         timeout_s = config.limits.body_timeout_s
         message = f"the body did not arrive within {timeout_s:g} s"
         raise ProxyError(408, "body_timeout", message, close=True) from None
+    # The gate's time starts once the body is here: the client's upload is not the gate's.
+    arrived = time.perf_counter()
     request_id = request[REQUEST_ID]
     decided = await pipeline.admit(
         pipeline.Request(
@@ -337,7 +397,7 @@ async def gate(
             tenant,
             content_type,
             ", ".join(headers.getall("Content-Encoding", ())),
-            started,
+            arrived,
         ),
         config,
         ledger=app[LEDGER],

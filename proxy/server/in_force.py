@@ -31,8 +31,9 @@ class InForce:
 class InForceHolder:
     """Holds the `InForce` pair; a request reads it once, so a reload never splits a request."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_reload: Callable[[bool], None] | None = None) -> None:
         self._current: InForce | None = None
+        self.on_reload = on_reload  # told whether each reload was applied
 
     @property
     def current(self) -> InForce:
@@ -65,10 +66,16 @@ class InForceHolder:
             config = load()
         except ConfigError as exc:
             log.error("config reload rejected, the old config stays: %s", exc)
+            self._reloaded(applied=False)
             return False
         await self.swap(config)
         log.info("config reloaded")
+        self._reloaded(applied=True)
         return True
+
+    def _reloaded(self, *, applied: bool) -> None:
+        if self.on_reload is not None:
+            self.on_reload(applied)
 
     async def close(self) -> None:
         await self.current.upstream.close()

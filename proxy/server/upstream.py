@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -76,6 +76,7 @@ class Upstream:
 
     def __init__(self, settings: settings.Upstream) -> None:
         self.settings = settings
+        self.name = "default"  # the one upstream a config names today (metrics label it so)
         self.base = URL(settings.url.rstrip("/"))
         self._session: aiohttp.ClientSession | None = None
         self._users = 0
@@ -173,9 +174,11 @@ class Upstream:
         headers: CIMultiDict[str],
         extra_headers: Mapping[str, str] | None = None,
         recording: Recording | None = None,
+        on_head: Callable[[int], None] | None = None,
     ) -> web.StreamResponse:
         """Send the request upstream and stream the answer back chunk by chunk; `recording`
-        says where a 200 answer's response is recorded.
+        says where a 200 answer's response is recorded, `on_head` is told the status of an
+        answer whose head arrived whole.
 
         Raises UpstreamError when no answer arrives; once the answer has started, an upstream
         failure cuts the client's connection so that it cannot mistake a partial answer for
@@ -221,6 +224,8 @@ class Upstream:
                 raise UpstreamError(
                     502, "upstream_bad_response", f"the value of {bad} is not UTF-8"
                 )
+            if on_head is not None:
+                on_head(answer.status)
             return await _stream(request, answer, what, request_id, extra_headers, recording)
         finally:
             answer.release()

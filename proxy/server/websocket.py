@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,6 +127,8 @@ async def _connect(
     protocols = _protocols(request)
     if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
         raise ProxyError(400, "invalid_websocket_handshake", _HANDSHAKE)
+    books = request.app[METRICS]
+    sent = time.perf_counter()
     try:
         upstream = await current.upstream.connect_websocket(
             target,
@@ -134,10 +137,20 @@ async def _connect(
             limit,
         )
     except UpstreamError as exc:
+        # A refused upgrade is an answer, with its status; none had is named by its failure.
+        failed = str(exc.status) if exc.code == "upstream_refused" else exc.code
+        books.upstream_answered(
+            current.upstream.name,
+            route or "websocket",
+            failed.removeprefix("upstream_"),
+            time.perf_counter() - sent,
+        )
         if route is not None:
-            request.app[METRICS].requests.labels(route, "upstream_error").inc()
+            books.requests.labels(route, "upstream_error").inc()
         what = f"WebSocket {target.partition('?')[0]}"
         raise upstream_failure(request[REQUEST_ID], what, exc) from None
+    elapsed = time.perf_counter() - sent
+    books.upstream_answered(current.upstream.name, route or "websocket", "101", elapsed)
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
     )

@@ -342,7 +342,9 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
-    def __len__(self) -> int: ...
+    async def size(self) -> int:
+        """How many responses the store holds now (every process's, for a shared store)."""
+        ...
 
 
 class Ledger:
@@ -355,11 +357,13 @@ class Ledger:
         max_chain: int,
         fail_open: bool,
         on_fault: Callable[[str], None] | None = None,
+        on_write: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.max_chain = max_chain
         self.fail_open = fail_open
         self.on_fault = on_fault
+        self.on_write = on_write  # told of each response recorded
 
     def fault(self, operation: str, exc: LedgerFault) -> None:
         log.warning(
@@ -439,3 +443,6 @@ class Ledger:
             await self.store.put(tenant, recording, context.tools if context else ())
         except LedgerFault as exc:
             self.fault("write", exc)
+            return
+        if self.on_write is not None:
+            self.on_write()

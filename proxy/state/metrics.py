@@ -1,17 +1,80 @@
-"""Prometheus metrics of one proxy process, in a registry of its own."""
+"""Prometheus metrics of the proxy: one process's registry, or, when its workers share a
+multiprocess directory, the whole service as every worker's files describe it."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import math
+import os
+import platform
+import re
+from collections.abc import Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+from proxy.state.worker_process import WorkerProcess
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+# The gate's own work takes microseconds; a Redis read or a schema compiled for the first time
+# takes longer. Upstream answers start within milliseconds to minutes.
+_GATE_FINEST_S = 0.00005
+_UPSTREAM_FINEST_S = 0.001
+# A worker's gauge file, `gauge_<mode>_<pid>.db`, in the multiprocess directory.
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
+
+
+def bucket_bounds(finest: float, longest: float) -> tuple[float, ...]:
+    """Histogram bounds 1, 2.5, 5 per decade from `finest`, ending with `longest` (a timeout:
+    nothing the histogram times waits longer)."""
+    if not 0 < finest < longest:
+        raise ValueError(f"bucket_bounds: need 0 < finest ({finest}) < longest ({longest})")
+    bounds: list[float] = []
+    exponent = math.floor(math.log10(finest))
+    while True:
+        for mantissa in (1.0, 2.5, 5.0):
+            # Rounded so that a bound reads as written (0.00025, not 0.00025000000000000006).
+            bound = float(f"{mantissa * 10.0**exponent:.6g}")
+            if bound < finest:
+                continue
+            if bound >= longest:
+                return (*bounds, float(longest))
+            bounds.append(bound)
+        exponent += 1
+
 
 class Metrics:
-    """Requests by route and outcome, findings by reason and action, gate time, open streams."""
+    """What the proxy counts (requests, findings, upstream answers, ledger and audit writes,
+    reloads), times (the gate, the upstream) and holds (open streams, ledger and cache sizes).
 
-    def __init__(self) -> None:
+    With `multiprocess_dir` (prometheus-client's multiprocess mode, chosen by the environment
+    before any metric is made) a scrape reads every worker's files: counters and histograms
+    add up over every worker since the service started, gauges over the workers alive.
+    """
+
+    def __init__(
+        self,
+        *,
+        body_timeout_s: float = 60.0,
+        upstream_timeout_s: float = 610.0,
+        shared_ledger: bool = False,
+        multiprocess_dir: str | None = None,
+    ) -> None:
+        self.multiprocess_dir = multiprocess_dir
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "replay_proxy_requests",
@@ -27,27 +90,30 @@ class Metrics:
         )
         self.gate_seconds = Histogram(
             "replay_proxy_gate_seconds",
-            "Time spent reading, parsing and gating a request body.",
-            buckets=(
-                0.00005,
-                0.0001,
-                0.00025,
-                0.0005,
-                0.001,
-                0.0025,
-                0.005,
-                0.01,
-                0.025,
-                0.05,
-                0.1,
-                0.25,
-                1.0,
-            ),
+            "Time from a gated body's arrival to the gate's verdict (decoding, parsing, "
+            "ledger reads, schema compiles, checks).",
+            buckets=bucket_bounds(_GATE_FINEST_S, body_timeout_s),
+            registry=self.registry,
+        )
+        self.upstream_seconds = Histogram(
+            "replay_proxy_upstream_seconds",
+            "Time from sending a request upstream to the head of its answer (or its failure), "
+            "by upstream and route.",
+            ["upstream", "route"],
+            buckets=bucket_bounds(_UPSTREAM_FINEST_S, upstream_timeout_s),
+            registry=self.registry,
+        )
+        self.upstream_answers = Counter(
+            "replay_proxy_upstream_answers",
+            "Upstream answers by upstream, route and status: the HTTP status (101: a WebSocket "
+            "upgrade), or unreachable, timeout, bad_response when none was had.",
+            ["upstream", "route", "status"],
             registry=self.registry,
         )
         self.open_streams = Gauge(
             "replay_proxy_open_streams",
             "Answers being relayed from the upstream right now.",
+            multiprocess_mode="livesum",
             registry=self.registry,
         )
 
@@ -57,17 +123,115 @@ class Metrics:
             ["operation"],
             registry=self.registry,
         )
+        self.ledger_writes = Counter(
+            "replay_proxy_ledger_writes",
+            "Responses recorded to the ledger (memory or Redis).",
+            registry=self.registry,
+        )
+        # Every worker's memory ledger is its own: the service holds their sum. A Redis
+        # ledger is one store: the newest reading of it is what it holds.
         self.ledger_responses = Gauge(
             "replay_proxy_ledger_responses",
-            "Responses this process holds in its memory ledger (or wrote to Redis).",
+            "Responses the ledger holds now (every worker's memory ledger, or the Redis one).",
+            multiprocess_mode="livemostrecent" if shared_ledger else "livesum",
             registry=self.registry,
         )
 
         self.verdict_cache = Gauge(
             "replay_proxy_verdict_cache_entries",
             "Remembered (schema, arguments) verdicts of the gate config in force.",
+            multiprocess_mode="livesum",
             registry=self.registry,
         )
+        self.reloads = Counter(
+            "replay_proxy_config_reloads",
+            "Config reloads (SIGHUP), by result: applied or rejected.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.audit_write_failures = Counter(
+            "replay_proxy_audit_write_failures",
+            "Audit records that could not be written (their requests were answered 500, and not "
+            "forwarded).",
+            registry=self.registry,
+        )
+        self.build_info = Gauge(
+            "replay_proxy_build_info",
+            "Always 1: the proxy's version and the Python it runs on.",
+            ["version", "python"],
+            multiprocess_mode="livemax",
+            registry=self.registry,
+        )
+        self.build_info.labels(package_version(), platform.python_version()).set(1)
+        # In multiprocess mode each worker writes its process figures where the scrape reads
+        # them; a process of its own has prometheus-client's collectors read it at the scrape.
+        self.process = WorkerProcess(self.registry) if multiprocess_dir is not None else None
+
+    def upstream_answered(self, upstream: str, route: str, status: str, seconds: float) -> None:
+        """One request sent upstream: how its answer began (or failed), and after how long."""
+        self.upstream_answers.labels(upstream, route, status).inc()
+        self.upstream_seconds.labels(upstream, route).observe(seconds)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The scrape: this process's registry and its process and Python collectors, or, in
+        multiprocess mode, every worker's files (their process figures too)."""
+        if self.multiprocess_dir is None:
+            sources: list[Collector] = [self.registry, PROCESS_COLLECTOR, PLATFORM_COLLECTOR]
+            sources.append(GC_COLLECTOR)
+        else:
+            forget_dead_workers(self.multiprocess_dir)
+            if self.process is not None:
+                self.process.refresh()
+            service = CollectorRegistry()
+            MultiProcessCollector(service, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+            sources = [service, PLATFORM_COLLECTOR]
+        scrape = CollectorRegistry(auto_describe=False)
+        scrape.register(_WithoutCreated(sources))
+        return generate_latest(scrape)
+
+
+def package_version() -> str:
+    try:
+        return version("replay-proxy")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+class _WithoutCreated(Collector):
+    """The samples of `sources` without the `_created` series: a counter's start time is a
+    second series per label set that no dashboard reads, and it differs between workers."""
+
+    def __init__(self, sources: Iterable[Collector]) -> None:
+        self.sources = tuple(sources)
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            for family in source.collect():
+                family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+                yield family
+
+
+def forget_dead_workers(directory: str) -> list[int]:
+    """Remove the live gauges of workers that are gone (a worker that crashed could not), so
+    that the service's gauges add up the workers alive. The pids forgotten."""
+    dead = sorted(
+        {
+            pid
+            for path in Path(directory).iterdir()
+            if (found := _LIVE_GAUGE_FILE.fullmatch(path.name))
+            if not _alive(pid := int(found.group(1)))
+        }
+    )
+    for pid in dead:
+        mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
+    return dead
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process has the pid now: the worker is gone
+        return False
+    return True

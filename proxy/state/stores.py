@@ -38,6 +38,10 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._responses)
 
+    async def size(self) -> int:
+        self._expire(time.monotonic())
+        return len(self._responses)
+
     async def put(
         self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
     ) -> None:
@@ -157,11 +161,9 @@ class RedisStore:
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
         self._chain = self._redis.register_script(_CHAIN_SCRIPT)
-        self._count = 0
-
-    def __len__(self) -> int:
-        # Redis is shared and expires keys itself; this process only knows what it wrote.
-        return self._count
+        # Every response's key, scored by when it expires: what the store holds is counted
+        # without a scan, and the index forgets what Redis has expired as it goes.
+        self._index = "replay-proxy:responses"
 
     @staticmethod
     def _key(tenant: str, kind: str, name: str) -> str:
@@ -181,7 +183,12 @@ class RedisStore:
     ) -> None:
         pipe = self._redis.pipeline(transaction=False)
         value = (recording.previous_response_id or "") + "\n" + recording.encode()
-        pipe.set(self._key(tenant, "resp", recording.response_id), value, ex=self.ttl)
+        key = self._key(tenant, "resp", recording.response_id)
+        pipe.set(key, value, ex=self.ttl)
+        now = time.time()  # wall clock: every machine sharing the store counts alike
+        pipe.zadd(self._index, {key: now + self.ttl})
+        pipe.zremrangebyscore(self._index, "-inf", now)
+        pipe.expire(self._index, self.ttl)
         if recording.tools is not None:
             tools_key = self._key(tenant, "tools", recording.tools)
             if tools:
@@ -201,7 +208,13 @@ class RedisStore:
                 pipe.rpush(self._key(tenant, "call", call_key), encoded)
                 pipe.expire(self._key(tenant, "call", call_key), self.ttl)
         await self._run(pipe.execute())
-        self._count += 1
+
+    async def size(self) -> int:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(self._index, "-inf", time.time())
+        pipe.zcard(self._index)
+        _, count = await self._run(pipe.execute())
+        return int(count)
 
     async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
         prefix = self._key(tenant, "resp", "")

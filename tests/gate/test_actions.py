@@ -294,7 +294,7 @@ REWRITES = [
                 "reason": "status",
                 "pass": [],
                 "fail": [],
-                "error": "the call's status is not completed",
+                "error": "status is in_progress: a replayed function_call must be completed",
             }
         },
         [0],

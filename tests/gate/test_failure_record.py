@@ -152,8 +152,17 @@ def test_failure_record(
 @pytest.mark.parametrize(
     ("arguments", "reason", "error"),
     [
-        pytest.param("{", "arguments_parse", "the call's arguments are not one strict JSON value"),
-        pytest.param("{}", "unknown_tool", "no schema is known for the tool mystery"),
+        pytest.param(
+            "{",
+            "arguments_parse",
+            "arguments are not one strict JSON value: Expecting property name enclosed in double "
+            "quotes at line 1 column 2",
+        ),
+        pytest.param(
+            "{}",
+            "unknown_tool",
+            "no schema for tool mystery: pin one under tools: or send it in the request's tools",
+        ),
     ],
 )
 def test_failure_record_of_other_reasons(arguments: str, reason: str, error: str) -> None:

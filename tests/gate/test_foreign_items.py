@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.gate import items
+from proxy.gate.messages import message as sentence
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect, rejection
 from tests.builders import WEB_SEARCH, call, message, output, request
@@ -201,3 +202,11 @@ def test_a_native_vendor_changes_no_verdict(
     body = request(*input_items)
     without = inspect(body, Policy(**settings), ledger or Ledger())
     assert inspect(body, Policy(**settings, vendor=vendor), ledger or Ledger()) == without
+
+
+def test_its_sentence_names_the_type() -> None:
+    [finding] = inspect(request(SEARCH), Policy(vendor="openai")).findings
+    assert sentence(finding) == (
+        "the item's type carries another vendor's slug than the upstream's (acme:search_call): "
+        "it is not portable"
+    )

@@ -337,7 +337,7 @@ def test_failure_record_says_what_breaks_the_schema() -> None:
     pattern = "^[a-zA-Z0-9_-]+$"
     assert record["fail"] == [{"path": "/name", "reason": "pattern", "expected": pattern}]
     assert record["error"] == (
-        "the function_call does not fit the spec's item schema (a server may refuse it): "
+        "the function_call breaks the spec's item schema (a server may refuse it): "
         "name failed schema: expected ^[a-zA-Z0-9_-]+$"
     )
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from proxy.running.check import DocumentError, iter_documents
+from proxy.running.documents import Document, Unreadable, iter_documents
 from tests.builders import ARTICLE_TOOLS as TOOLS
 from tests.builders import SALES_SCHEMA as SALES
 from tests.builders import WEB_SEARCH, article_output
@@ -78,19 +78,20 @@ def write(path: Path, data: Any) -> str:
     return path.name
 
 
-# (paired item, call_id, human line for the output at input[1], its finding in --json or None)
+# (paired item, call_id, human line for the output at input[1] or None, its finding in --json)
 EXAMPLES = [
     pytest.param(
         sales_call("call_123", '{"region":"apac"}'),
         "call_123",
-        "input[1] call_123 get_latest_sales_report: ok",
+        None,
         None,
         id="sales-ok",
     ),
     pytest.param(
         sales_call("call_129", '{"region":"global"}', id="fc_009"),
         "call_129",
-        "input[1] call_129 get_latest_sales_report: arguments_schema /region (enum) [block]",
+        "input[1] call_129 get_latest_sales_report: arguments_schema [block]: "
+        "region failed schema: expected one of apac, emea, amer",
         {
             "name": "get_latest_sales_report",
             "reason": "arguments_schema",
@@ -102,36 +103,41 @@ EXAMPLES = [
     pytest.param(
         WEB_SEARCH,
         "ws_001",
-        "input[1] ws_001 -: namespaced [block]",
+        "input[1] ws_001 -: namespaced [block]: the paired item is a vendor extension, not a "
+        "portable function_call (its type is openai:web_search_call)",
         {"name": None, "reason": "namespaced"},
         id="web-search-namespaced",
     ),
     pytest.param(
         sales_call("call_1", {"region": "apac"}),
         "call_1",
-        "input[1] call_1 get_latest_sales_report: arguments_type [block]",
+        "input[1] call_1 get_latest_sales_report: arguments_type [block]: "
+        "arguments must be a string of JSON but an object",
         {"name": "get_latest_sales_report", "reason": "arguments_type"},
         id="arguments-object",
     ),
     pytest.param(
         sales_call("call_1", '{"region":"apac"}', status="in_progress"),
         "call_1",
-        "input[1] call_1 get_latest_sales_report: status [block]",
+        "input[1] call_1 get_latest_sales_report: status [block]: "
+        "status is in_progress: a replayed function_call must be completed",
         {"name": "get_latest_sales_report", "reason": "status"},
         id="status-in-progress",
     ),
     pytest.param(
         sales_call("call_1", '{"region":"apac"}', status="incomplete"),
         "call_1",
-        "input[1] call_1 get_latest_sales_report: status [block]",
+        "input[1] call_1 get_latest_sales_report: status [block]: "
+        "status is incomplete: a replayed function_call must be completed",
         {"name": "get_latest_sales_report", "reason": "status"},
         id="status-incomplete",
     ),
     pytest.param(
         lookup_call({"order_id": "1042", "include_lines": True, "refund": True}),
         "call_200",
-        "input[1] call_200 lookup_order: arguments_schema "
-        "/order_id (pattern), /refund (additionalProperties) [block]",
+        "input[1] call_200 lookup_order: arguments_schema [block]: "
+        "order_id failed schema: expected ^[A-Z]-\\d{4}$; "
+        "refund is not allowed (additionalProperties: false)",
         {
             "name": "lookup_order",
             "reason": "arguments_schema",
@@ -146,14 +152,14 @@ EXAMPLES = [
     pytest.param(
         lookup_call({"order_id": "A-1042", "include_lines": True}),
         "call_200",
-        "input[1] call_200 lookup_order: ok",
+        None,
         None,
         id="lookup-ok",
     ),
     pytest.param(
         lookup_call({"order_id": "A-1042"}),
         "call_200",
-        "input[1] call_200 lookup_order: arguments_schema /include_lines (required) [block]",
+        "input[1] call_200 lookup_order: arguments_schema [block]: include_lines is required",
         {
             "name": "lookup_order",
             "reason": "arguments_schema",
@@ -171,30 +177,58 @@ EXAMPLES = [
 ]
 
 
+def summary(documents: int, findings: int, dirty: int, actions: str = "") -> str:
+    shown = f" ({actions})" if actions else ""
+    return (
+        f"{documents} document(s) in 1 file(s): {findings} finding(s){shown} in {dirty} document(s)"
+    )
+
+
+def finding_lines(run: Run) -> list[str]:
+    """The human lines before the summary: notes and one line per finding."""
+    lines = run.lines[:-1]
+    return lines[: lines.index("")] if "" in lines else lines
+
+
 @pytest.mark.parametrize(("paired", "call_id", "line", "finding"), EXAMPLES)
 def test_article_example_human(
-    tmp_path: Path, paired: Any, call_id: str, line: str, finding: dict[str, Any] | None
+    tmp_path: Path, paired: Any, call_id: str, line: str | None, finding: dict[str, Any] | None
 ) -> None:
     name = write(tmp_path / "request.json", body(paired, article_output(call_id)))
     run = check(tmp_path, name)
-    outcome = "outcome forward, 0 finding(s)" if finding is None else "outcome block, 1 finding(s)"
-    assert run.lines == [f"request.json: {line}", f"request.json: {outcome}"]
+    if line is None:
+        assert run.lines == [summary(1, 0, 0)]
+    else:
+        assert finding is not None
+        assert finding_lines(run) == [f"request.json: {line}"]
+        assert run.lines[-2].split() == [finding["reason"], finding["name"] or "-", "1"]
+        assert run.lines[-1] == summary(1, 1, 1, "1 block")
     assert run.code == (0 if finding is None else 1)
     assert run.err == ""
 
 
 @pytest.mark.parametrize(("paired", "call_id", "line", "finding"), EXAMPLES)
 def test_article_example_json(
-    tmp_path: Path, paired: Any, call_id: str, line: str, finding: dict[str, Any] | None
+    tmp_path: Path, paired: Any, call_id: str, line: str | None, finding: dict[str, Any] | None
 ) -> None:
     name = write(tmp_path / "request.json", body(paired, article_output(call_id)))
     run = check(tmp_path, "--json", name)
-    if finding is None:
-        assert run.verdicts == [{"outcome": "forward", "findings": []}]
-        assert run.code == 0
+    if finding is None or line is None:
+        assert (run.code, run.verdicts) == (0, [])
         return
+    said = line.split("[block]: ", 1)[1]
     expected = {"index": 1, "call_id": call_id, "paired_index": 0} | finding
-    assert run.verdicts == [{"outcome": "block", "findings": [expected]}]
+    assert run.verdicts == [
+        {
+            "file": "request.json",
+            "line": None,
+            "element": None,
+            "kind": "request",
+            "where": "input[1]",
+            "outcome": "block",
+            "finding": expected | {"action": "block", "message": said},
+        }
+    ]
     assert run.code == 1
 
 
@@ -203,70 +237,43 @@ DIRTY = body(sales_call("call_2", '{"region":"global"}'), article_output("call_2
 ORPHAN_ITEMS = [{"role": "user", "content": "hi"}, article_output("call_9")]
 
 
+def without_messages(lines: list[str]) -> list[str]:
+    """Each finding line up to its action: the sentence after it is the messages' tables' own."""
+    return [line.split("]: ", 1)[0] + "]" if "]: " in line else line for line in lines]
+
+
+# (file content, finding lines up to the action, (line, reason) of each --json finding, exit)
 @pytest.mark.parametrize(
-    ("content", "human", "verdicts", "code"),
+    ("content", "human", "found", "code"),
     [
-        pytest.param(
-            json.dumps(CLEAN, indent=2),
-            [
-                "f: input[1] call_1 get_latest_sales_report: ok",
-                "f: outcome forward, 0 finding(s)",
-            ],
-            [{"outcome": "forward", "findings": []}],
-            0,
-            id="pretty-printed-body",
-        ),
+        pytest.param(json.dumps(CLEAN, indent=2), [], [], 0, id="pretty-printed-body"),
         pytest.param(
             f"{json.dumps(CLEAN)}\n\n{json.dumps(DIRTY)}\n{json.dumps(ORPHAN_ITEMS)}\n",
             [
-                "f:1: input[1] call_1 get_latest_sales_report: ok",
-                "f:1: outcome forward, 0 finding(s)",
-                (
-                    "f:3: input[1] call_2 get_latest_sales_report: arguments_schema /region (enum)"
-                    " [block]"
-                ),
-                "f:3: outcome block, 1 finding(s)",
+                "f:3: input[1] call_2 get_latest_sales_report: arguments_schema [block]",
                 "f:4: input[1] call_9 -: orphan [block]",
-                "f:4: outcome block, 1 finding(s)",
             ],
-            [
-                {"outcome": "forward", "findings": []},
-                {"outcome": "block", "findings": [{"reason": "arguments_schema"}]},
-                {"outcome": "block", "findings": [{"reason": "orphan"}]},
-            ],
+            [(3, "arguments_schema"), (4, "orphan")],
             1,
             id="json-lines",
         ),
         pytest.param(
-            f"{json.dumps(CLEAN)}\n{json.dumps(CLEAN)}\r\n",
-            [
-                "f:1: input[1] call_1 get_latest_sales_report: ok",
-                "f:1: outcome forward, 0 finding(s)",
-                "f:2: input[1] call_1 get_latest_sales_report: ok",
-                "f:2: outcome forward, 0 finding(s)",
-            ],
-            [{"outcome": "forward", "findings": []}] * 2,
-            0,
-            id="json-lines-clean",
+            f"{json.dumps(CLEAN)}\n{json.dumps(CLEAN)}\r\n", [], [], 0, id="json-lines-clean"
         ),
         pytest.param(
             json.dumps(ORPHAN_ITEMS),
-            ["f: input[1] call_9 -: orphan [block]", "f: outcome block, 1 finding(s)"],
-            [{"outcome": "block", "findings": [{"reason": "orphan"}]}],
+            ["f: input[1] call_9 -: orphan [block]"],
+            [(None, "orphan")],
             1,
             id="bare-array",
         ),
         pytest.param(
-            json.dumps({"model": "m", "input": "one user message"}),
-            ["f: outcome forward, 0 finding(s)"],
-            [{"outcome": "forward", "findings": []}],
-            0,
-            id="string-input",
+            json.dumps({"model": "m", "input": "one user message"}), [], [], 0, id="string-input"
         ),
         pytest.param(
             json.dumps([{"role": "tool", "tool_call_id": "call_1", "content": "x"}]),
-            ["f: input[0] call_1 -: envelope [block]", "f: outcome block, 1 finding(s)"],
-            [{"outcome": "block", "findings": [{"reason": "envelope"}]}],
+            ["f: input[0] call_1 -: envelope [block]"],
+            [(None, "envelope")],
             1,
             id="envelope",
         ),
@@ -280,42 +287,34 @@ ORPHAN_ITEMS = [{"role": "user", "content": "hi"}, article_output("call_9")]
             [
                 "f: input[1] call_1 -: envelope [block]",
                 "f: input[1] call_1 get_latest_sales_report: unknown_tool [block]",
-                "f: outcome block, 2 finding(s)",
             ],
-            [
-                {
-                    "outcome": "block",
-                    "findings": [{"reason": "envelope"}, {"reason": "unknown_tool"}],
-                }
-            ],
+            [(None, "envelope"), (None, "unknown_tool")],
             1,
             id="output-that-is-an-envelope",
         ),
     ],
 )
 def test_documents(
-    tmp_path: Path, content: str, human: list[str], verdicts: list[Any], code: int
+    tmp_path: Path, content: str, human: list[str], found: list[Any], code: int
 ) -> None:
     write(tmp_path / "f", content)
     run = check(tmp_path, "f")
-    assert (run.lines, run.code) == (human, code)
+    assert (without_messages(finding_lines(run)), run.code) == (human, code)
     run = check(tmp_path, "--json", "f")
     assert run.code == code
-    got = [
-        {"outcome": v["outcome"], "findings": [{"reason": f["reason"]} for f in v["findings"]]}
-        for v in run.verdicts
-    ]
-    assert got == verdicts
+    assert [(v["line"], v["finding"]["reason"]) for v in run.verdicts] == found
 
 
 def test_stdin(tmp_path: Path) -> None:
     data = f"{json.dumps(CLEAN)}\n{json.dumps(DIRTY)}\n".encode()
     run = check(tmp_path, "-", stdin=data)
     assert run.code == 1
-    assert run.lines[0] == "<stdin>:1: input[1] call_1 get_latest_sales_report: ok"
-    assert run.lines[-1] == "<stdin>:2: outcome block, 1 finding(s)"
+    assert without_messages(finding_lines(run)) == [
+        "<stdin>:2: input[1] call_2 get_latest_sales_report: arguments_schema [block]"
+    ]
+    assert run.lines[-1] == summary(2, 1, 1, "1 block")
     run = check(tmp_path, "--json", "-", stdin=json.dumps(CLEAN).encode())
-    assert (run.code, run.verdicts) == (0, [{"outcome": "forward", "findings": []}])
+    assert (run.code, run.verdicts) == (0, [])
 
 
 # Files that cannot be read as request bodies: exit 2, a message naming the file and position.
@@ -340,7 +339,7 @@ UNREADABLE = [
     ),
     pytest.param("", "bad.json: no JSON document in the file", id="empty"),
     pytest.param("\n  \n", "bad.json: no JSON document in the file", id="blank"),
-    pytest.param("5", "bad.json: a document is a request body (object) or an array", id="number"),
+    pytest.param("5", "bad.json: not a request body, response, input_items list", id="number"),
     pytest.param('{"input": 5}', "bad.json: `input` is neither an array", id="input-number"),
     pytest.param('{"input": [], "input": []}', "bad.json: duplicate key 'input'", id="dup-key"),
     pytest.param('[{"a": NaN}]', "bad.json: NaN is not JSON", id="nan"),
@@ -354,7 +353,8 @@ def test_unreadable_file(tmp_path: Path, content: str, message: str, mode: list[
     run = check(tmp_path, *mode, "bad.json")
     assert run.code == 2
     assert run.err.startswith(f"replay-proxy: {message}")
-    assert run.out == ""
+    # The lines before a broken one are still checked: their summary counts the broken one.
+    assert run.out == "" or run.lines[-1].endswith("; 1 unreadable (named on stderr)")
 
 
 def test_invalid_utf8(tmp_path: Path) -> None:
@@ -446,10 +446,9 @@ def test_config_pinned_schema(
     )
     run = check(tmp_path, "--json", "--config", config(tmp_path, pinned, action), name)
     assert run.code == code
-    [got] = run.verdicts
     assert {
-        "outcome": got["outcome"],
-        "findings": [f["reason"] for f in got["findings"]],
+        "outcome": run.verdicts[0]["outcome"] if run.verdicts else "forward",
+        "findings": [v["finding"]["reason"] for v in run.verdicts],
     } == verdict
 
 
@@ -516,8 +515,10 @@ def _message(content: str) -> dict[str, Any]:
 )
 def test_json_lines_split_on_newline_only(data: str, lines: list[int]) -> None:
     documents = list(iter_documents("f", data.encode()))
+    assert all(isinstance(d, Document) for d in documents)
     assert [d.line for d in documents] == lines
-    assert documents[0].body == json.loads(data.split("\n")[0])
+    assert isinstance(documents[0], Document)
+    assert documents[0].value == json.loads(data.split("\n")[0])
 
 
 @pytest.mark.parametrize(
@@ -526,5 +527,8 @@ def test_json_lines_split_on_newline_only(data: str, lines: list[int]) -> None:
 def test_json_lines_other_line_breaks_do_not_separate_documents(separator: str) -> None:
     # JSON knows no such whitespace: two documents joined by one are one unreadable line.
     data = json.dumps(CLEAN) + "\n" + json.dumps(CLEAN) + separator + json.dumps(CLEAN)
-    with pytest.raises(DocumentError, match=r"^f: line 2 column \d+: trailing data"):
-        list(iter_documents("f", data.encode()))
+    first, second = iter_documents("f", data.encode())
+    assert isinstance(first, Document)
+    assert isinstance(second, Unreadable)
+    assert str(second).startswith("f: line 2 column ")
+    assert second.reason == "trailing data after the JSON value"

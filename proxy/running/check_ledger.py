@@ -1,0 +1,52 @@
+"""`check --ledger`: the proxy's Redis ledger read offline, so that a follow-up's outputs pair
+with the calls only the ledger holds, as they would in the proxy."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from proxy import settings
+from proxy.gate.pairing import NOTHING_RECORDED, Recorded
+from proxy.state.ledger import Ledger, LedgerFault
+
+__all__ = ["LedgerFault", "LedgerReader"]
+
+
+class LedgerReader:
+    """One tenant's records in a Redis ledger, read on one event loop for the whole run.
+
+    Raises LedgerFault when the ledger cannot be read at all."""
+
+    def __init__(self, url: str, tenant: str, ledger: settings.Ledger, *, provenance: bool) -> None:
+        # Imported here: `check` without --ledger never loads the Redis client.
+        from proxy.state.stores import RedisStore
+
+        self.tenant = tenant
+        self.provenance = provenance
+        self.faults = 0
+        self.runner = asyncio.Runner()
+        self.store = RedisStore(url, ttl_s=ledger.ttl_s, timeout_s=ledger.timeout_s)
+        self.ledger = Ledger(
+            self.store, max_chain=ledger.max_chain, fail_open=False, on_fault=self._fault
+        )
+        try:
+            # A chain no response id names: an answer at all says the ledger is there.
+            self.runner.run(self.store.chain(tenant, "", 1))
+        except LedgerFault:
+            self.close()
+            raise
+
+    def _fault(self, operation: str) -> None:
+        self.faults += 1
+
+    def recorded(self, body: Mapping[str, Any]) -> Recorded:
+        view = self.runner.run(self.ledger.view(self.tenant, body, provenance=self.provenance))
+        return NOTHING_RECORDED if view is None else view
+
+    def close(self) -> None:
+        try:
+            self.runner.run(self.store.close())
+        finally:
+            self.runner.close()
