@@ -298,20 +298,38 @@ def chain_hash(value: str) -> str:
 
 def run_audit_verify(paths: Sequence[str], start: str) -> int:
     start_name = "a fresh chain's start (64 zeros)" if start == GENESIS else "the --prev hash"
+    chains: dict[str, tuple[str, str]] = {}
+    initial = start
     for path in paths:
         name = "<stdin>" if path == "-" else path
         try:
             with _open_binary(path) as f:
-                chain = verify(f, start, start_name=start_name)
+                chain = verify(f, start, start_name=start_name, chains=chains)
         except OSError as exc:
             print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
             return 2
         if chain.broken is not None:
             sys.stdout.write(f"{name}: line {chain.broken.line}: {chain.broken.reason}\n")
             return 1
-        sys.stdout.write(f"{name}: ok, {chain.records} records, last hash {chain.last}\n")
+        if not chain.chains:
+            sys.stdout.write(f"{name}: ok, {chain.records} records, last hash {chain.last}\n")
+        else:
+            # Several processes on stdout: a chain each, and the last hash of each.
+            lasts = [("(unnamed)", chain.last)] if chain.last != initial else []
+            lasts += sorted(chain.chains.items())
+            sys.stdout.write(
+                f"{name}: ok, {chain.records} records in {len(lasts)} chains, last hashes "
+                + ", ".join(f"{chain_name} {last}" for chain_name, last in lasts)
+                + "\n"
+            )
         # The next file must continue from this one.
         start, start_name = chain.last, f"the last hash of {name}"
+        chains = {
+            c: chains[c]
+            if c in chains and chains[c][0] == last
+            else (last, f"the last hash of chain {c} in {name}")
+            for c, last in chain.chains.items()
+        }
     return 0
 
 
