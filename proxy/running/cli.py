@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib.metadata import PackageNotFoundError, version
 from typing import BinaryIO, NoReturn
 
@@ -27,6 +27,7 @@ from proxy.running.report import Entry, Unreadable, iter_entries, render_text, s
 from proxy.running.report_html import render_html
 from proxy.settings import ConfigError
 from proxy.state.audit import GENESIS, verify
+from proxy.state.workers import WorkerSlot
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--workers", type=workers, default=1, help="processes sharing the port (SO_REUSEPORT)"
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    # Given by the supervisor of `--workers N` to each worker (proxy.state.workers).
+    serve.add_argument("--worker-slot", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-dir", help=argparse.SUPPRESS)
 
     check = commands.add_parser("check", help="gate logged request bodies offline")
     check.add_argument("file", help="a request body, an array of items, or JSON Lines; - = stdin")
@@ -116,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = serve_config(args) if args.command == "serve" else check_config(args)
     except ConfigError as exc:
         print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        if args.command == "serve":
+            _failed(args, str(exc))
         return 2
     if args.command == "serve":
         return run_serve(config, args)
@@ -153,14 +159,37 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
             worker_args += ["--upstream", args.upstream]
         return supervise(worker_args, args.workers)
     try:
-        asyncio.run(serve(config, reuse_port=args.reuse_port, reload=lambda: serve_config(args)))
+        asyncio.run(
+            serve(
+                config,
+                reuse_port=args.reuse_port,
+                reload=lambda: serve_config(args),
+                worker=_worker_of(args),
+            )
+        )
     except ConfigError as exc:
         print(f"replay-proxy: {blame_flags(str(exc), args)}", file=sys.stderr)  # noqa: T201
+        _failed(args, blame_flags(str(exc), args))
         return 2
     except OSError as exc:  # one no key accounts for
         logging.getLogger("replay_proxy").error("cannot serve: %s", exc)
+        _failed(args, f"cannot serve: {exc}")
         return 1
     return 0
+
+
+def _worker_of(args: argparse.Namespace) -> WorkerSlot | None:
+    if args.worker_dir is None or args.worker_slot is None:
+        return None
+    return WorkerSlot(args.worker_dir, args.worker_slot)
+
+
+def _failed(args: argparse.Namespace, reason: str) -> None:
+    """A worker that cannot start tells its supervisor why."""
+    worker = _worker_of(args)
+    if worker is not None:
+        with suppress(OSError):  # the supervisor is gone: no one to tell
+            worker.failed(reason)
 
 
 # The flags that stand for a config key: a start-up failure of a key set by its flag names it.

@@ -342,6 +342,10 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    async def ping(self) -> None:
+        """Return once the store answers (a LedgerFault when it does not): for readiness."""
+        ...
+
     def __len__(self) -> int: ...
 
 

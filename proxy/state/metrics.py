@@ -69,5 +69,12 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.workers_missing = Gauge(
+            "replay_proxy_workers_missing",
+            "Worker slots of serve --workers N without a serving worker (0 with one process).",
+            registry=self.registry,
+            multiprocess_mode="mostrecent",  # every worker reads the same supervisor's view
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
