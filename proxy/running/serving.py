@@ -70,8 +70,6 @@ async def serve(
         )
         if config.admin.listen is not None:
             admin = await serve_admin(app, config.admin.listen, reuse_port=reuse_port)
-        if worker is not None:
-            worker.announce()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -85,6 +83,8 @@ async def serve(
                 task.add_done_callback(reloads.discard)
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
+        if worker is not None:
+            worker.announce()  # once it listens and its signals are handled
         await stop.wait()
         # Readiness says so from now on: on the admin listener, which stays open through the
         # drain, and on the connections already open to this one.

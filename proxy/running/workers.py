@@ -49,6 +49,7 @@ class _Slot:
     failures: int = 0
     next_start: float = 0.0
     detail: str = "not started"
+    hangup: bool = False  # a SIGHUP to pass on once the worker serves
 
 
 class Supervisor:
@@ -105,7 +106,9 @@ class Supervisor:
         for slot in self.slots:
             if slot.serving_since is None:
                 slot.failures, slot.next_start = 0, now  # one starting now retries in 1 s
-            if slot.process is not None and slot.process.poll() is None:
+                # Not before it serves: until its handler is installed, SIGHUP would end it.
+                slot.hangup = slot.process is not None
+            elif slot.process is not None and slot.process.poll() is None:
                 slot.process.send_signal(signal.SIGHUP)
 
     def _tend(self, now: float) -> int | None:
@@ -123,6 +126,9 @@ class Supervisor:
                 ):
                     slot.serving_since = now
                     self.served = True
+                    if slot.hangup:
+                        slot.hangup = False
+                        process.send_signal(signal.SIGHUP)
                     if slot.failures:
                         log.info("worker slot %d serves again (pid %d)", slot.number, process.pid)
                     slot.failures = 0
@@ -142,6 +148,7 @@ class Supervisor:
         slot.failures = 0 if steady else slot.failures + 1
         delay = 0.0 if steady else retry_delay(slot.failures)
         slot.process, slot.serving_since, slot.next_start = None, None, now + delay
+        slot.hangup = False  # the next worker reads the config as it is then
         said = f"exited with {code}" + (f": {reason}" if reason else "")
         at = datetime.now(UTC) + timedelta(seconds=delay)
         slot.detail = f"{said}; next start at {at.isoformat(timespec='seconds')}"
