@@ -44,7 +44,6 @@ def retry_delay(failures: int) -> float:
 class _Slot:
     number: int
     process: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
     serving_since: float | None = None
     failures: int = 0
     next_start: float = 0.0
@@ -113,6 +112,20 @@ class Supervisor:
 
     def _tend(self, now: float) -> int | None:
         """One look at every slot; the exit status of a failed start when none has served."""
+        # Who serves first, so that a worker that came up is counted before another's exit.
+        for slot in self.slots:
+            process = slot.process
+            if process is None or slot.serving_since is not None:
+                continue
+            if serving_pid(self.directory, slot.number) == process.pid:
+                slot.serving_since = now
+                self.served = True
+                if slot.failures:
+                    log.info("worker slot %d serves again (pid %d)", slot.number, process.pid)
+                slot.failures = 0
+                if slot.hangup:
+                    slot.hangup = False
+                    process.send_signal(signal.SIGHUP)
         for slot in self.slots:
             process = slot.process
             if process is None:
@@ -120,20 +133,7 @@ class Supervisor:
                     self._start(slot)
                 continue
             code = process.poll()
-            if code is None:
-                if slot.serving_since is None and serving_pid(self.directory, slot.number) == (
-                    process.pid
-                ):
-                    slot.serving_since = now
-                    self.served = True
-                    if slot.hangup:
-                        slot.hangup = False
-                        process.send_signal(signal.SIGHUP)
-                    if slot.failures:
-                        log.info("worker slot %d serves again (pid %d)", slot.number, process.pid)
-                    slot.failures = 0
-                continue
-            if self.stopping:
+            if code is None or self.stopping:
                 continue
             if not self.served:
                 log.error("worker %d exited with %d before any worker served", process.pid, code)
@@ -169,7 +169,6 @@ class Supervisor:
         slot.process = subprocess.Popen(
             [*self.command, "--worker-slot", str(slot.number), "--worker-dir", self.directory]
         )
-        slot.started = time.monotonic()
         slot.detail = f"starting (pid {slot.process.pid})"
 
     def _report(self) -> None:
