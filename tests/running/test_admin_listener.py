@@ -126,3 +126,42 @@ def test_an_admin_port_in_use_stops_the_start_naming_the_key(tmp_path: Path) -> 
     said = f"admin.listen.port: cannot listen on 127.0.0.1:{port}: Address already in use"
     assert f"replay-proxy: {said}\n" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_without_an_admin_listener_an_open_connection_sees_the_drain(
+    recording_upstream: RecordingUpstream,
+) -> None:
+    release = asyncio.Event()
+
+    async def sse(request: web.Request, received: Received) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: one\n\n")
+        await release.wait()
+        await response.write_eof()
+        return response
+
+    recording_upstream.handler = sse
+    proxy = await start("--upstream", recording_upstream.url)
+    try:
+        async with (
+            aiohttp.ClientSession() as probes,
+            aiohttp.ClientSession() as session,
+        ):
+            async with probes.get(proxy.url + "/-/ready") as response:
+                assert response.status == 200  # its connection stays open, kept alive
+            async with session.post(
+                proxy.url + "/v1/responses", json={"input": "hi", "stream": True}
+            ) as streaming:
+                assert await streaming.content.readline() == b"data: one\n"
+                proxy.terminate()
+                await stderr_until(proxy, "stopping: no new connections")
+                async with probes.get(proxy.url + "/-/ready") as response:
+                    assert response.status == 503
+                    assert (await response.json())["status"] == "not_ready"
+                release.set()
+                await asyncio.wait_for(streaming.content.read(), timeout=30)
+    finally:
+        release.set()
+        code = await proxy.stop()
+    assert code == 0
