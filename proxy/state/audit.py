@@ -103,6 +103,8 @@ class AuditLog:
         # whole: while the file is unchanged, its tail need not be read again.
         self._known: tuple[int, int, int] | None = None
         self._whole = True
+        # On stdout only; a file is one chain under its own flock, whoever writes it.
+        self._lock: int | None = None
         if path == "-":
             self._fd = sys.stdout.fileno()
             # Opened by each process itself: flock excludes only other open files.
