@@ -81,6 +81,23 @@ class Listen:
 
 
 @dataclass(frozen=True)
+class AdminListen:
+    """Where the admin endpoints (`/-/…`) are served instead of the data listener."""
+
+    port: int
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Admin:
+    listen: AdminListen | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.listen, Mapping):  # as the config file gives it
+            object.__setattr__(self, "listen", AdminListen(**self.listen))
+
+
+@dataclass(frozen=True)
 class Upstream:
     url: str = "http://127.0.0.1:8000"
     connect_timeout_s: float = 10.0

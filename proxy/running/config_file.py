@@ -13,7 +13,7 @@ import yaml
 
 from proxy.config import Config
 from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
-from proxy.settings import Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import Admin, Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +121,19 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "body_timeout_s": _SECONDS,
             }
         ),
+        "admin": _object(
+            {
+                "listen": {
+                    **_object(
+                        {
+                            "host": {"type": "string", "minLength": 1},
+                            "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                        }
+                    ),
+                    "required": ["port"],
+                },
+            }
+        ),
     }
 )
 
@@ -173,6 +186,8 @@ MEANINGS: dict[str, str] = {
     "ledger.fail_open": "unknown previous response or ledger fault: false = orphan",
     "limits.max_body_bytes": "the largest gated body, after content decoding (else 413)",
     "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
+    "admin.listen.host": "set: the admin endpoints (/-/...) are served here only, without a key",
+    "admin.listen.port": "the port of admin.listen (0 = any free port, logged at start)",
 }
 
 # Where a key's default lives when it is not at the same path of Config().
@@ -227,6 +242,7 @@ def parse_config(data: Any) -> Config:
         ("audit", Audit),
         ("ledger", Ledger),
         ("limits", Limits),
+        ("admin", Admin),
     ):
         try:
             sections[name] = cls(**data.get(name, {}))
@@ -274,8 +290,9 @@ def _iter_section(schema: Mapping[str, Any], path: tuple[str, ...], indent: str)
     for name, inner in schema["properties"].items():
         here = (*path, name)
         if "properties" in inner:
-            # A section that is off by default (listen.tls) is commented out with its keys.
-            off = "# " if _default_of(here) is None else ""
+            # A section that is off by default (listen.tls), or holds only such sections
+            # (admin), is commented out with its keys.
+            off = "# " if not _any_default(inner, here) else ""
             yield f"{indent}{off}{name}:"
             yield from _iter_section(inner, here, indent + "  ")
             continue
@@ -286,6 +303,15 @@ def _iter_section(schema: Mapping[str, Any], path: tuple[str, ...], indent: str)
         else:
             line = f"{indent}{name}: {json.dumps(default)}"
         yield f"{line:<44} # {meaning}"
+
+
+def _any_default(schema: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether the section at `path` is set by default: it, and some key in it."""
+    if _default_of(path) is None:
+        return False
+    if "properties" not in schema:
+        return True
+    return any(_any_default(inner, (*path, name)) for name, inner in schema["properties"].items())
 
 
 def _default_of(path: tuple[str, ...]) -> Any:

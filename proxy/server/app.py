@@ -18,10 +18,21 @@ from proxy.admission import body, pipeline, targets
 from proxy.admission.tap import Recording
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
+from proxy.server import admin
 from proxy.server.clients import tenant_of
 from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
-from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
+from proxy.server.keys import (
+    AUDIT,
+    IN_FORCE,
+    LEDGER,
+    METRICS,
+    READINESS,
+    REQUEST_ID,
+    WORKER,
+    new_request_id,
+)
+from proxy.server.readiness import Readiness
 from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 from proxy.settings import ConfigError
@@ -30,6 +41,7 @@ from proxy.state.ledger import Ledger, LedgerFault, Store
 from proxy.state.metrics import CONTENT_TYPE, Metrics
 from proxy.state.stores import MemoryStore, open_store
 from proxy.state.worker_process import REFRESH_S
+from proxy.state.workers import WorkerSlot
 
 log = logging.getLogger("replay_proxy")
 
@@ -136,9 +148,12 @@ async def _name_the_request(request: web.Request, response: web.StreamResponse) 
     request[_BEGUN] = response
 
 
-def make_app(config: Config, *, metrics_dir: str | None = None) -> web.Application:
-    """The proxy for `config`; `metrics_dir` is the multiprocess directory its workers share
-    (PROMETHEUS_MULTIPROC_DIR), where a scrape reads the whole service."""
+def make_app(
+    config: Config, worker: WorkerSlot | None = None, *, metrics_dir: str | None = None
+) -> web.Application:
+    """The proxy for `config`; `worker` is the slot this process fills under a supervisor,
+    `metrics_dir` the multiprocess directory its workers share (PROMETHEUS_MULTIPROC_DIR),
+    where a scrape reads the whole service."""
     # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
     # the decoded bytes it judged); a client that hangs up cancels its handler, which releases the
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
@@ -146,7 +161,7 @@ def make_app(config: Config, *, metrics_dir: str | None = None) -> web.Applicati
     app = web.Application(
         # The id first, so that every answer, a refused target's too, carries it; then the
         # place failures become answers, around everything that may fail.
-        middlewares=[_identify, answer_failures, check_target],
+        middlewares=[_identify, answer_failures, check_target, admin.guard],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
@@ -163,6 +178,9 @@ def make_app(config: Config, *, metrics_dir: str | None = None) -> web.Applicati
     app[IN_FORCE] = InForceHolder(
         on_reload=lambda applied: books.reloads.labels("applied" if applied else "rejected").inc()
     )
+    app[READINESS] = Readiness(config.ledger, books, worker)
+    if worker is not None:
+        app[WORKER] = worker
     logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
 
     async def in_force_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -175,19 +193,46 @@ def make_app(config: Config, *, metrics_dir: str | None = None) -> web.Applicati
         app.cleanup_ctx.append(_worker_process_ctx)
     app.cleanup_ctx.append(_audit_ctx)
     app.cleanup_ctx.append(_ledger_ctx)
+    app.cleanup_ctx.append(_watch_workers_ctx)
     app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/-/ready", admin.ready)
     app.router.add_get("/-/metrics", metrics)
     app.router.add_route("*", "/{tail:.*}", proxy)
     return app
 
 
+def make_admin_app(main: web.Application) -> web.Application:
+    """The admin endpoints alone, for their own listener (`admin.listen`): the state of the
+    started `main` app, no key asked, and nothing else served (a 404 in the API's shape)."""
+    app = web.Application(middlewares=[_identify, answer_failures, check_target])
+    app.on_response_prepare.append(_name_the_request)
+    for key, value in main.items():
+        app[key] = value
+    app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/-/ready", admin.ready)
+    app.router.add_get("/-/metrics", metrics)
+    app.router.add_route("*", "/{tail:.*}", admin.not_admin)
+    return app
+
+
+async def _watch_workers_ctx(app: web.Application) -> AsyncIterator[None]:
+    watch = asyncio.create_task(app[READINESS].watch())
+    yield
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+
+
 async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[IN_FORCE].current.config.audit
+    worker = app.get(WORKER)
     try:
         app[AUDIT] = AuditLog(
             settings.path,
             include_arguments=settings.include_arguments,
             max_bytes=settings.max_bytes,
+            # Several workers on stdout: a chain each, named, and written whole.
+            chain=None if worker is None else worker.chain,
+            lock_path=None if worker is None else worker.stdout_lock,
         )
     except OSError as exc:
         raise ConfigError(

@@ -346,6 +346,10 @@ class Store(Protocol):
         """How many responses the store holds now (every process's, for a shared store)."""
         ...
 
+    async def ping(self) -> None:
+        """Return once the store answers (a LedgerFault when it does not): for readiness."""
+        ...
+
 
 class Ledger:
     """The store plus the rules: tenants, chain depth, and what a missing history means."""

@@ -155,6 +155,12 @@ class Metrics:
             "forwarded).",
             registry=self.registry,
         )
+        self.workers_missing = Gauge(
+            "replay_proxy_workers_missing",
+            "Worker slots of serve --workers N without a serving worker (0 with one process).",
+            registry=self.registry,
+            multiprocess_mode="mostrecent",  # every worker reads the same supervisor's view
+        )
         self.build_info = Gauge(
             "replay_proxy_build_info",
             "Always 1: the proxy's version and the Python it runs on.",
