@@ -7,7 +7,17 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from proxy.gate.policy import Policy
-from proxy.settings import Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import (
+    Audit,
+    Client,
+    ConfigError,
+    Ledger,
+    Limits,
+    Listen,
+    Log,
+    Tracing,
+    Upstream,
+)
 
 
 @dataclass(frozen=True)
@@ -19,6 +29,8 @@ class Config:
     ledger: Ledger = field(default_factory=Ledger)
     limits: Limits = field(default_factory=Limits)
     clients: tuple[Client, ...] = ()
+    log: Log = field(default_factory=Log)
+    tracing: Tracing = field(default_factory=Tracing)
 
     def with_secrets(self, environ: Mapping[str, str]) -> Config:
         """The config with what it takes from the environment: `upstream.api_key` from the

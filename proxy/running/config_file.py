@@ -13,7 +13,18 @@ import yaml
 
 from proxy.config import Config
 from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
-from proxy.settings import Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import (
+    LOG_FORMATS,
+    Audit,
+    Client,
+    ConfigError,
+    Ledger,
+    Limits,
+    Listen,
+    Log,
+    Tracing,
+    Upstream,
+)
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +132,14 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "body_timeout_s": _SECONDS,
             }
         ),
+        "log": _object({"format": {"enum": list(LOG_FORMATS)}}),
+        "tracing": _object(
+            {
+                "enabled": {"type": "boolean"},
+                "endpoint": {"type": "string", "minLength": 1},
+                "service_name": {"type": "string", "minLength": 1},
+            }
+        ),
     }
 )
 
@@ -173,6 +192,11 @@ MEANINGS: dict[str, str] = {
     "ledger.fail_open": "unknown previous response or ledger fault: false = orphan",
     "limits.max_body_bytes": "the largest gated body, after content decoding (else 413)",
     "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
+    "log.format": "the log on stderr: text (for people) | json (one object a line, for shippers)",
+    "tracing.enabled": "a span per request over OTLP (pip install 'replay-proxy[otel]')",
+    "tracing.endpoint": "the collector's OTLP/HTTP traces URL (default: OTEL_EXPORTER_OTLP_* "
+    "environment, else http://localhost:4318/v1/traces)",
+    "tracing.service_name": "the service.name the spans carry",
 }
 
 # Where a key's default lives when it is not at the same path of Config().
@@ -227,6 +251,8 @@ def parse_config(data: Any) -> Config:
         ("audit", Audit),
         ("ledger", Ledger),
         ("limits", Limits),
+        ("log", Log),
+        ("tracing", Tracing),
     ):
         try:
             sections[name] = cls(**data.get(name, {}))

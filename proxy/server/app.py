@@ -17,10 +17,12 @@ from proxy.admission import body, pipeline, targets
 from proxy.admission.tap import Recording
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
+from proxy.server.access import ACCESS, observe
 from proxy.server.clients import tenant_of
 from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
 from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
+from proxy.server.tracing import TRACING, Tracing
 from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 from proxy.settings import ConfigError
@@ -87,10 +89,11 @@ async def answer_failures(request: web.Request, handler: Handler) -> web.StreamR
         if isinstance(exc, ProxyError):
             failure = exc
         else:
-            log.exception(
-                "%s unexpected error: %s %s", request_id, request.method, request.raw_path
-            )
+            # The path without its query, which may carry a value that is not the log's to keep.
+            path = request.raw_path.partition("?")[0]
+            log.exception("%s unexpected error: %s %s", request_id, request.method, path)
             failure = internal_error(request_id)
+        request[ACCESS].failed(failure.code)
         begun: web.StreamResponse | None = request.get(_BEGUN)
         if begun is not None:
             # No answer can follow one that has begun: the connection is cut, so that the
@@ -132,6 +135,9 @@ async def _name_the_request(request: web.Request, response: web.StreamResponse) 
         headers.add("x-upstream-request-id", theirs)
     headers["x-request-id"] = request.get(REQUEST_ID) or new_request_id()
     request[_BEGUN] = response
+    access = request.get(ACCESS)
+    if access is not None:  # the status sent, even if the handler is cut short after
+        access.status = response.status
 
 
 def make_app(config: Config) -> web.Application:
@@ -140,9 +146,10 @@ def make_app(config: Config) -> web.Application:
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
-        # The id first, so that every answer, a refused target's too, carries it; then the
-        # place failures become answers, around everything that may fail.
-        middlewares=[_identify, answer_failures, check_target],
+        # The id first, so that every answer, a refused target's too, carries it; then its
+        # access line and span; then the place failures become answers, around everything
+        # that may fail.
+        middlewares=[_identify, observe, answer_failures, check_target],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
@@ -163,6 +170,7 @@ def make_app(config: Config) -> web.Application:
     app.cleanup_ctx.append(in_force_ctx)
     app.cleanup_ctx.append(_audit_ctx)
     app.cleanup_ctx.append(_ledger_ctx)
+    app.cleanup_ctx.append(_tracing_ctx)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/metrics", metrics)
     app.router.add_route("*", "/{tail:.*}", proxy)
@@ -198,6 +206,16 @@ async def _ledger_ctx(app: web.Application) -> AsyncIterator[None]:
     metrics.ledger_responses.set_function(lambda: len(store))
     yield
     await store.close()
+
+
+async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[IN_FORCE].current.config.tracing
+    if settings.enabled and TRACING not in app:  # a test may have given it an exporter
+        app[TRACING] = Tracing(settings)
+    yield
+    if TRACING in app:
+        # The last batch goes to the collector from a thread: the loop is not held.
+        await asyncio.to_thread(app[TRACING].close)
 
 
 async def healthy(request: web.Request) -> web.Response:
@@ -244,6 +262,10 @@ async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
         request.app[METRICS].requests.labels("any", "unauthorized").inc()
         raise
     gated = target.gated
+    access = request[ACCESS]
+    access.tenant = tenant
+    access.upstream = str(current.upstream.base)
+    access.route = "passthrough" if gated is None else targets.GATED[gated]
     if gated is not None and is_websocket(request):
         return await relay_websocket(request, current, tenant, gated, target.query)
     if is_websocket(request):
@@ -285,6 +307,10 @@ async def relay(
 ) -> web.StreamResponse:
     app = request.app
     streams = app[METRICS].open_streams
+    access = request[ACCESS]
+    access.outcome = outcome
+    if TRACING in app:
+        app[TRACING].inject(headers)
     streams.inc()
     try:
         response = await current.upstream.relay(
@@ -295,6 +321,7 @@ async def relay(
             headers=headers,
             extra_headers=extra_headers,
             recording=recording,
+            access=access,
         )
     except UpstreamError as exc:
         app[METRICS].requests.labels(route, "upstream_error").inc()
@@ -328,6 +355,10 @@ async def gate(
         message = f"the body did not arrive within {timeout_s:g} s"
         raise ProxyError(408, "body_timeout", message, close=True) from None
     request_id = request[REQUEST_ID]
+    access = request[ACCESS]
+    access.body_bytes = len(raw)
+    # Timed from the body's arrival: the client's upload is not the gate's time.
+    judging = time.perf_counter()
     decided = await pipeline.admit(
         pipeline.Request(
             raw,
@@ -345,7 +376,10 @@ async def gate(
         metrics=app[METRICS],
         caches=current.caches,
     )
+    access.gate_s = time.perf_counter() - judging
+    access.findings.update(finding.action for finding in decided.findings)
     if isinstance(decided, pipeline.Answer):
+        access.failed(decided.body["error"]["code"])
         return answer(decided)
     recording = None
     upstream = upstream_headers(headers, config, decided.drop_headers)

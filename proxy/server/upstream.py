@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import aiohttp
 from aiohttp import web
@@ -19,6 +20,9 @@ from proxy import settings
 from proxy.admission.tap import Recording
 from proxy.gate.errors import ProxyError
 from proxy.server.headers import REQUEST_OWN, relayed_headers
+
+if TYPE_CHECKING:
+    from proxy.server.access import Access
 
 log = logging.getLogger("replay_proxy")
 
@@ -173,9 +177,11 @@ class Upstream:
         headers: CIMultiDict[str],
         extra_headers: Mapping[str, str] | None = None,
         recording: Recording | None = None,
+        access: Access | None = None,
     ) -> web.StreamResponse:
         """Send the request upstream and stream the answer back chunk by chunk; `recording`
-        says where a 200 answer's response is recorded.
+        says where a 200 answer's response is recorded, `access` is told how long the
+        upstream took to answer and how many body bytes went back.
 
         Raises UpstreamError when no answer arrives; once the answer has started, an upstream
         failure cuts the client's connection so that it cannot mistake a partial answer for
@@ -191,6 +197,7 @@ class Upstream:
             # A streamed body of known length goes with it, not chunked (as it came).
             headers["Content-Length"] = str(request.content_length)
         what = f"{request.method} {target}"
+        sent = time.perf_counter()
         try:
             answer = await self.session.request(
                 request.method,
@@ -215,13 +222,17 @@ class Upstream:
             raise UpstreamError(
                 502, "upstream_unreachable", f"the connection failed: {exc!r}"
             ) from None
+        if access is not None:
+            access.upstream_s = time.perf_counter() - sent  # until the answer's head
         try:
             bad = not_utf8(answer.headers)
             if bad is not None:
                 raise UpstreamError(
                     502, "upstream_bad_response", f"the value of {bad} is not UTF-8"
                 )
-            return await _stream(request, answer, what, request_id, extra_headers, recording)
+            return await _stream(
+                request, answer, what, request_id, extra_headers, recording, access
+            )
         finally:
             answer.release()
 
@@ -239,6 +250,7 @@ async def _stream(
     request_id: str,
     extra_headers: Mapping[str, str] | None,
     recording: Recording | None,
+    access: Access | None = None,
 ) -> web.StreamResponse:
     """Relay an upstream answer whose head has arrived, chunk by chunk, to the client."""
     response = web.StreamResponse(status=answer.status, reason=answer.reason)
@@ -273,6 +285,8 @@ async def _stream(
             if tap is not None:
                 await tap.feed(chunk)
             await response.write(chunk)
+            if access is not None:
+                access.bytes += len(chunk)
         cut = _cut(protocol)
         if cut is not None:
             raise cut

@@ -1,0 +1,97 @@
+"""Traces (the `otel` extra): a span per request, its W3C `traceparent` sent upstream.
+
+OpenTelemetry is imported only when `tracing.enabled` is set: the proxy runs without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.settings import Tracing as TracingSettings
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import Span
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from proxy.server.access import Access
+
+
+class Tracing:
+    """A tracer provider of the proxy's own (the process's global one is left alone), its spans
+    exported over OTLP/HTTP, or to `exporter` as they end (a test's in-memory one)."""
+
+    def __init__(self, settings: TracingSettings, exporter: SpanExporter | None = None) -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.trace import SpanKind
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        resource = Resource.create({"service.name": settings.service_name})
+        self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        if exporter is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            # Exported from a thread of the SDK's, in batches: never on the event loop.
+            processor: Any = BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint))
+        else:
+            processor = SimpleSpanProcessor(exporter)
+        self._provider.add_span_processor(processor)
+        self._tracer = self._provider.get_tracer("replay_proxy")
+        self._propagator = TraceContextTextMapPropagator()
+        self._server = SpanKind.SERVER
+
+    @contextmanager
+    def span(self, request: web.Request, access: Access) -> Iterator[Span]:
+        """The request's span, current while it is handled; a client's `traceparent` is its
+        parent. Its attributes are set from `access` when the request is done."""
+        parent = self._propagator.extract(request.headers)
+        with self._tracer.start_as_current_span(
+            f"{request.method} {access.path}",
+            context=parent,
+            kind=self._server,
+            attributes={"http.request.method": request.method, "url.path": access.path},
+            # A client that hangs up cancels its handler: not an error of the proxy's.
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield span  # type: ignore[misc]  # the SDK's tracer makes SDK spans
+
+    def describe(self, span: Span, access: Access) -> None:
+        """The span's attributes: what the request did (no header, query or body value)."""
+        fields = access.fields()
+        attributes: dict[str, str | int | float] = {
+            "replay_proxy.request_id": access.request_id,
+            "replay_proxy.findings": fields["findings"],
+        }
+        for name in ("route", "outcome", "code", "tenant", "upstream", "frames", "gate_ms"):
+            if name in fields:
+                attributes[f"replay_proxy.{name}"] = fields[name]
+        for action, count in access.findings.items():
+            attributes[f"replay_proxy.findings.{action}"] = count
+        if access.status is not None:
+            attributes["http.response.status_code"] = access.status
+        span.set_attributes(attributes)
+        if access.status is not None and access.status >= 500:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR, access.code))
+
+    def inject(self, headers: CIMultiDict[str]) -> None:
+        """The current span's `traceparent` (and `tracestate`) into the upstream's headers, in
+        place of any the client sent."""
+        for name in ("traceparent", "tracestate"):
+            headers.popall(name, None)
+        self._propagator.inject(headers)
+
+    def close(self) -> None:
+        """Export what is left and stop the export thread."""
+        self._provider.shutdown()
+
+
+TRACING = web.AppKey("tracing", Tracing)
