@@ -214,8 +214,7 @@ async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:
         app[TRACING] = Tracing(settings)
     yield
     if TRACING in app:
-        # The last batch goes to the collector from a thread: the loop is not held.
-        await asyncio.to_thread(app[TRACING].close)
+        await app[TRACING].close()
 
 
 async def healthy(request: web.Request) -> web.Response:

@@ -5,6 +5,9 @@ OpenTelemetry is imported only when `tracing.enabled` is set: the proxy runs wit
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -12,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from proxy.settings import ConfigError
 from proxy.settings import Tracing as TracingSettings
+
+log = logging.getLogger("replay_proxy")
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Span
@@ -35,8 +41,15 @@ class Tracing:
         resource = Resource.create({"service.name": settings.service_name})
         self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         if exporter is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
+            try:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter,
+                )
+            except ImportError as exc:  # not installed, or its generated code overwritten
+                raise ConfigError(
+                    f"tracing.enabled: the OTLP exporter does not load: {exc} "
+                    "(pip install --force-reinstall 'replay-proxy[otel]')"
+                ) from None
             # Exported from a thread of the SDK's, in batches: never on the event loop.
             processor: Any = BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint))
         else:
@@ -89,9 +102,21 @@ class Tracing:
             headers.popall(name, None)
         self._propagator.inject(headers)
 
-    def close(self) -> None:
-        """Export what is left and stop the export thread."""
-        self._provider.shutdown()
+    async def close(self) -> None:
+        """Export what is left, for at most `CLOSE_S`: a collector that cannot be reached must
+        not hold the stop (the exporter retries for its whole timeout, 10 s by default).
+
+        The SDK's shutdown runs in a daemon thread of its own, left behind if it takes longer
+        (the loop's executor would be waited for at exit)."""
+        ending = threading.Thread(
+            target=self._provider.shutdown, name="replay-proxy-traces", daemon=True
+        )
+        ending.start()
+        await asyncio.to_thread(ending.join, CLOSE_S)
+        if ending.is_alive():
+            log.warning("traces: the last spans were not exported within %g s", CLOSE_S)
 
 
 TRACING = web.AppKey("tracing", Tracing)
+# How long a stop waits for the last spans to be exported (README, "Stopping").
+CLOSE_S = 1.0
