@@ -324,7 +324,8 @@ async def relay(
         )
     except UpstreamError as exc:
         app[METRICS].requests.labels(route, "upstream_error").inc()
-        raise upstream_failure(request[REQUEST_ID], f"{request.method} {target}", exc) from None
+        what = f"{request.method} {target.partition('?')[0]}"  # no query in the log
+        raise upstream_failure(request[REQUEST_ID], what, exc) from None
     finally:
         streams.dec()
     app[METRICS].requests.labels(route, outcome).inc()

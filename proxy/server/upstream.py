@@ -196,7 +196,9 @@ class Upstream:
         elif data is not None and not isinstance(data, bytes) and request.content_length:
             # A streamed body of known length goes with it, not chunked (as it came).
             headers["Content-Length"] = str(request.content_length)
-        what = f"{request.method} {target}"
+        # For the log: the path without its query, which may carry a value that is not the
+        # log's to keep (a key, an argument).
+        what = f"{request.method} {target.partition('?')[0]}"
         sent = time.perf_counter()
         try:
             answer = await self.session.request(
@@ -210,10 +212,13 @@ class Upstream:
             raise UpstreamError(504, "upstream_timeout", "no answer in time") from None
         except aiohttp.ClientHttpProxyError as exc:
             raise UpstreamError(
-                502, "upstream_unreachable", f"the forward proxy refused: {exc}"
+                502,
+                "upstream_unreachable",
+                f"the forward proxy refused: {exc.status} {exc.message}",
             ) from None
         except aiohttp.ClientResponseError as exc:
-            raise UpstreamError(502, "upstream_bad_response", f"garbage: {exc}") from None
+            # Not str(exc): it names the URL, query included.
+            raise UpstreamError(502, "upstream_bad_response", f"garbage: {exc.message}") from None
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamError(
                 502, "upstream_unreachable", f"cannot connect to {self.base}: {exc}"

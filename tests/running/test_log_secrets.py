@@ -15,9 +15,10 @@ from typing import Any
 
 import aiohttp
 import yaml
+from aiohttp import web
 
 from tests.builders import HANG_GUARD_S, JSON_HEADERS, USER
-from tests.servers.recording import RecordingUpstream
+from tests.servers.recording import Received, RecordingUpstream
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_KEY = "sk-client-SECRET-7f3a"
@@ -54,6 +55,8 @@ QUERY = "query-SECRET-03"
 BODY = "body-SECRET-04"
 FRAME = "frame-SECRET-05"
 HEADER = "header-SECRET-06"
+DROPPED = "dropped-SECRET-07"  # in the query of a request whose upstream connection drops
+GARBAGE = "garbage-SECRET-08"  # in the query of a request the upstream answers with garbage
 SECRETS = [
     CLIENT_KEY,
     WRONG_KEY,
@@ -64,12 +67,26 @@ SECRETS = [
     BODY,
     FRAME,
     HEADER,
+    DROPPED,
+    GARBAGE,
 ]
+
+
+async def failing_upstream(request: web.Request, received: Received) -> web.StreamResponse:
+    """Answers as the recording upstream does, except on the paths that fail the hop."""
+    assert request.transport is not None
+    if request.path == "/v1/dropped":
+        request.transport.close()  # no answer at all
+    elif request.path == "/v1/garbage":
+        request.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n")
+        request.transport.close()
+    return web.json_response({"object": "response", "id": "resp_1", "output": []})
 
 
 async def test_no_secret_in_any_log_line(
     tmp_path: Path, recording_upstream: RecordingUpstream
 ) -> None:
+    recording_upstream.handler = failing_upstream
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -127,7 +144,9 @@ async def test_no_secret_in_any_log_line(
         assert secret not in written, (secret, [line for line in lines if secret in str(line)])
     access = {line["request_id"]: line for line in lines if line["logger"] == "replay_proxy.access"}
     assert set(ids) <= set(access), (ids, access)
-    assert [access[i]["status"] for i in ids] == [200, 400, 200, 400, 401, 101]
+    assert [access[i]["status"] for i in ids] == [200, 400, 200, 400, 401, 502, 502, 101]
+    failed = [line for line in lines if line["level"] == "WARNING"]
+    assert {line["request_id"] for line in failed} == set(ids[5:7])  # the hop's failures
     assert lines[-1]["message"] == "stopped"
 
 
@@ -142,6 +161,8 @@ async def send_secrets(base: str) -> list[str]:
             (f"/v1/models?api_key={QUERY}", None, client_key),
             ("/v1/responses", '{"input": "' + BODY + '", "input": 1}', client_key),
             ("/v1/responses", json.dumps(note_body("c3", ARGUMENT_CLEAN)), {"api-key": WRONG_KEY}),
+            (f"/v1/dropped?key={DROPPED}", None, client_key),
+            (f"/v1/garbage?key={GARBAGE}", None, client_key),
         ]:
             method = "GET" if data is None else "POST"
             async with session.request(
