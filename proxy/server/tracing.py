@@ -65,7 +65,7 @@ class Tracing:
         parent. Its attributes are set from `access` when the request is done."""
         parent = self._propagator.extract(request.headers)
         with self._tracer.start_as_current_span(
-            f"{request.method} {access.path}",
+            request.method,  # named for its route once known: a path may name a response
             context=parent,
             kind=self._server,
             attributes={"http.request.method": request.method, "url.path": access.path},
@@ -90,6 +90,8 @@ class Tracing:
         if access.status is not None:
             attributes["http.response.status_code"] = access.status
         span.set_attributes(attributes)
+        if access.route is not None:
+            span.update_name(f"{access.method} {access.route}")
         if access.status is not None and access.status >= 500:
             from opentelemetry.trace import Status, StatusCode
 
