@@ -49,7 +49,8 @@ class Access:
     route: str | None = None
     tenant: str | None = None
     upstream: str | None = None
-    # forward | strip | rewrite | block | error (`code` says which) | client_gone | admin
+    # forward | strip | rewrite | block | error (`code` says which) | admin | client_gone (it
+    # hung up first) | upstream_cut (the upstream failed after the answer began)
     outcome: str | None = None
     code: str | None = None
     status: int | None = None
@@ -123,7 +124,10 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                 _answered(access, exc)
                 raise
             except asyncio.CancelledError:
-                access.outcome = access.outcome or "client_gone"
+                # The client hung up before its answer was whole (a WebSocket's end, once
+                # upgraded, is its close, however it comes).
+                if access.status != 101:
+                    access.outcome = "client_gone"
                 raise
             finally:
                 if span is not None and tracing is not None:

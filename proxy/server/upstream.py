@@ -301,10 +301,14 @@ async def _stream(
         # The client hung up (aiohttp's ClientConnectionResetError is one): the upstream
         # connection is closed, not reused.
         log.info("%s client went away mid-answer: %s", request_id, what)
+        if access is not None:
+            access.outcome = "client_gone"
         answer.close()
         return response
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         log.warning("%s upstream failed mid-answer: %s: %r", request_id, what, exc)
+        if access is not None:
+            access.outcome = "upstream_cut"
         answer.close()
         if request.transport is not None:
             request.transport.close()

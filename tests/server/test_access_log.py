@@ -3,6 +3,7 @@ every log line written while it was handled."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from proxy.running.workers import free_port
 from tests.builders import (
@@ -25,7 +27,7 @@ from tests.builders import (
 from tests.fixture_types import ProxyFactory
 from tests.server.checks import eventually
 from tests.server.logs import Captured, captured_log
-from tests.servers.recording import RecordingUpstream
+from tests.servers.recording import Received, RecordingUpstream
 
 KEY = "sk-listed-client"
 LISTED = [{"name": "alice", "key_sha256": hashlib.sha256(KEY.encode()).hexdigest()}]
@@ -297,3 +299,66 @@ async def test_websocket_connection_has_one_access_line(
     assert line["findings"] == 1
     assert line["findings_block"] == 1
     assert line["upstream_ms"] >= 0
+
+
+async def test_a_client_that_hangs_up_mid_answer_is_logged_as_gone(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+) -> None:
+    """The handler is cancelled when its client goes: its line is still written, with the status
+    it had sent and what it had relayed."""
+    release = asyncio.Event()
+
+    async def first_event_then_wait(request: web.Request, received: Received) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: one\n\n")
+        await release.wait()
+        return response
+
+    recording_upstream.handler = first_event_then_wait
+    base = await start_proxy(recording_upstream.url)
+    try:
+        with captured_log() as log:
+            response = await client.post(f"{base}/v1/responses", data=CLEAN, headers=JSON_HEADERS)
+            request_id = response.headers["x-request-id"]
+            assert await response.content.readline() == b"data: one\n"
+            response.close()  # hangs up
+            line = await line_of(log, request_id)
+    finally:
+        release.set()
+    assert line["outcome"] == "client_gone"
+    assert line["status"] == 200
+    assert line["bytes"] == len(b"data: one\n\n")
+
+
+async def test_an_upstream_that_fails_mid_answer_is_logged_as_cut(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+) -> None:
+    async def first_event_then_reset(
+        request: web.Request, received: Received
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: one\n\n")
+        assert request.transport is not None
+        request.transport.abort()  # a chunked answer that never ends
+        return response
+
+    recording_upstream.handler = first_event_then_reset
+    base = await start_proxy(recording_upstream.url)
+    with captured_log() as log:
+        async with client.post(f"{base}/v1/responses", data=CLEAN, headers=JSON_HEADERS) as r:
+            request_id = r.headers["x-request-id"]
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await r.read()
+        line = await line_of(log, request_id)
+    assert line["outcome"] == "upstream_cut"
+    assert line["status"] == 200
+    assert line["bytes"] == len(b"data: one\n\n")
+    [warning] = [entry for entry in log.lines() if entry["level"] == "WARNING"]
+    assert warning["request_id"] == request_id
+    assert "upstream failed mid-answer" in warning["message"]
