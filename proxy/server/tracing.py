@@ -47,8 +47,9 @@ class Tracing:
                 )
             except ImportError as exc:  # not installed, or its generated code overwritten
                 raise ConfigError(
-                    f"tracing.enabled: the OTLP exporter does not load: {exc} "
-                    "(pip install --force-reinstall 'replay-proxy[otel]')"
+                    f"tracing.enabled: the OTLP exporter does not load: {exc} (pip install "
+                    "'replay-proxy[otel]'; when it is installed, another package overwrote its "
+                    "generated modules: pip install --force-reinstall opentelemetry-proto)"
                 ) from None
             # Exported from a thread of the SDK's, in batches: never on the event loop.
             processor: Any = BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint))
