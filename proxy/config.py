@@ -7,7 +7,18 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from proxy.gate.policy import Policy
-from proxy.settings import Admin, Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import (
+    Admin,
+    Audit,
+    Client,
+    ConfigError,
+    Ledger,
+    Limits,
+    Listen,
+    Log,
+    Tracing,
+    Upstream,
+)
 
 
 @dataclass(frozen=True)
@@ -20,6 +31,8 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     clients: tuple[Client, ...] = ()
     admin: Admin = field(default_factory=Admin)
+    log: Log = field(default_factory=Log)
+    tracing: Tracing = field(default_factory=Tracing)
 
     def with_secrets(self, environ: Mapping[str, str]) -> Config:
         """The config with what it takes from the environment: `upstream.api_key` from the

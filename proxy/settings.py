@@ -207,3 +207,43 @@ class Limits:
     # proxy holds the body until it can judge it, so a client sending a byte a second would
     # hold a connection, a handler and a buffer for as long as it liked.
     body_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Log:
+    """The operational log on stderr: one line per event, `text` for people, `json` (one object
+    a line) for a log shipper."""
+
+    format: str = "text"
+
+    def __post_init__(self) -> None:
+        if self.format not in LOG_FORMATS:
+            raise ValueError(f"format: {self.format!r} is not one of {', '.join(LOG_FORMATS)}")
+
+
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """Traces over OTLP (the `otel` extra): a span per request. `endpoint` is the collector's
+    OTLP/HTTP traces URL; None leaves it to the standard OTEL_EXPORTER_OTLP_* environment."""
+
+    enabled: bool = False
+    endpoint: str | None = None
+    service_name: str = "replay-proxy"
+
+    def __post_init__(self) -> None:
+        if self.endpoint is not None:
+            parts = urlsplit(self.endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"endpoint: {self.endpoint!r} is not an http(s) URL with a host")
+        if self.enabled and not _installed("opentelemetry.sdk"):
+            raise ValueError("enabled: traces need OpenTelemetry: pip install 'replay-proxy[otel]'")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False

@@ -22,7 +22,7 @@ from proxy.gate.arguments import compile_schemas, pending_schemas
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
 from proxy.gate.pairing import NOTHING_RECORDED
-from proxy.gate.verdict import Verdict, inspect, rejection
+from proxy.gate.verdict import Finding, Verdict, inspect, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import (
@@ -77,6 +77,7 @@ class Answer:
     status: int
     body: Mapping[str, Any]
     headers: Mapping[str, str]
+    findings: tuple[Finding, ...] = ()  # of a blocked request: for its access line and span
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ class Forward:
     record: bool  # the upstream's answer is a response the ledger records
     # What the response it creates is recorded with: the input that passed, the tools offered.
     context: Context = NO_CONTEXT
+    findings: tuple[Finding, ...] = ()  # those it was forwarded with (strip, rewrite, log)
 
 
 def answer_to(error: ProxyError) -> Answer:
@@ -133,7 +135,8 @@ async def admit(
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
         metrics.requests.labels(label, "block").inc()
-        return Answer(400, rejection(verdict, request_id=request.request_id), _NOT_RETRIED)
+        blocked = rejection(verdict, request_id=request.request_id)
+        return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()
     added = MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS
     compacts = targets.GATED[request.path] == "responses_compact"
@@ -144,10 +147,12 @@ async def admit(
     if verdict.outcome in ("strip", "rewrite"):
         assert verdict.input is not None
         changed = body.with_input(parsed, verdict.input)
-        return Forward(changed, _DECODED, added, verdict.outcome, record, recorded)
+        return Forward(
+            changed, _DECODED, added, verdict.outcome, record, recorded, verdict.findings
+        )
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
-    return Forward(decoded, _DECODED, added, "forward", record, recorded)
+    return Forward(decoded, _DECODED, added, "forward", record, recorded, verdict.findings)
 
 
 def context_of(

@@ -33,7 +33,7 @@ from proxy.running.documents import WRAPPERS, iter_documents
 from proxy.running.documents import Unreadable as UnreadableInput
 from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
 from proxy.running.report_html import render_html
-from proxy.settings import ConfigError
+from proxy.settings import LOG_FORMATS, ConfigError
 from proxy.state.audit import GENESIS, verify
 from proxy.state.workers import WorkerSlot
 
@@ -70,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=log_level,
         default="INFO",
         help=f"operational log level (stderr): {', '.join(_LEVELS)}",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="the log's format: text | json (overrides log.format; default text)",
     )
     serve.add_argument(
         "--workers", type=workers, default=1, help="processes sharing the port (SO_REUSEPORT)"
@@ -167,18 +172,17 @@ def serve_config(args: argparse.Namespace) -> Config:
 
 def run_serve(config: Config, args: argparse.Namespace) -> int:
     # Imported here so that `check` never loads the HTTP stack.
+    from proxy.running.logs import configure_logging
     from proxy.running.serving import serve
     from proxy.running.workers import MULTIPROC_ENV, free_port, supervise
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format or config.log.format)
     if args.workers > 1:
         port = config.listen.port or free_port(config.listen.host)
         worker_args = ["--host", config.listen.host, "--port", str(port), "--reuse-port"]
         worker_args += ["--log-level", args.log_level]
+        if args.log_format:
+            worker_args += ["--log-format", args.log_format]
         if args.config:
             worker_args += ["--config", args.config]
         if args.upstream:

@@ -13,7 +13,19 @@ import yaml
 
 from proxy.config import Config
 from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
-from proxy.settings import Admin, Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import (
+    LOG_FORMATS,
+    Admin,
+    Audit,
+    Client,
+    ConfigError,
+    Ledger,
+    Limits,
+    Listen,
+    Log,
+    Tracing,
+    Upstream,
+)
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +146,14 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 },
             }
         ),
+        "log": _object({"format": {"enum": list(LOG_FORMATS)}}),
+        "tracing": _object(
+            {
+                "enabled": {"type": "boolean"},
+                "endpoint": {"type": "string", "minLength": 1},
+                "service_name": {"type": "string", "minLength": 1},
+            }
+        ),
     }
 )
 
@@ -188,6 +208,11 @@ MEANINGS: dict[str, str] = {
     "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
     "admin.listen.host": "set: the admin endpoints (/-/...) are served here only, without a key",
     "admin.listen.port": "the port of admin.listen (0 = any free port, logged at start)",
+    "log.format": "the log on stderr: text (for people) | json (one object a line, for shippers)",
+    "tracing.enabled": "a span per request over OTLP (pip install 'replay-proxy[otel]')",
+    "tracing.endpoint": "the collector's OTLP/HTTP traces URL (default: OTEL_EXPORTER_OTLP_* "
+    "environment, else http://localhost:4318/v1/traces)",
+    "tracing.service_name": "the service.name the spans carry",
 }
 
 # Where a key's default lives when it is not at the same path of Config().
@@ -243,6 +268,8 @@ def parse_config(data: Any) -> Config:
         ("ledger", Ledger),
         ("limits", Limits),
         ("admin", Admin),
+        ("log", Log),
+        ("tracing", Tracing),
     ):
         try:
             sections[name] = cls(**data.get(name, {}))

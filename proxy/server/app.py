@@ -19,6 +19,7 @@ from proxy.admission.tap import Recording
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server import admin
+from proxy.server.access import ACCESS, observe
 from proxy.server.clients import tenant_of
 from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
@@ -33,6 +34,7 @@ from proxy.server.keys import (
     new_request_id,
 )
 from proxy.server.readiness import Readiness
+from proxy.server.tracing import TRACING, Tracing
 from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 from proxy.settings import ConfigError
@@ -101,10 +103,11 @@ async def answer_failures(request: web.Request, handler: Handler) -> web.StreamR
         if isinstance(exc, ProxyError):
             failure = exc
         else:
-            log.exception(
-                "%s unexpected error: %s %s", request_id, request.method, request.raw_path
-            )
+            # The path without its query, which may carry a value that is not the log's to keep.
+            path = request.raw_path.partition("?")[0]
+            log.exception("%s unexpected error: %s %s", request_id, request.method, path)
             failure = internal_error(request_id)
+        request[ACCESS].failed(failure.code)
         begun: web.StreamResponse | None = request.get(_BEGUN)
         if begun is not None:
             # No answer can follow one that has begun: the connection is cut, so that the
@@ -146,6 +149,9 @@ async def _name_the_request(request: web.Request, response: web.StreamResponse) 
         headers.add("x-upstream-request-id", theirs)
     headers["x-request-id"] = request.get(REQUEST_ID) or new_request_id()
     request[_BEGUN] = response
+    access = request.get(ACCESS)
+    if access is not None:  # the status sent, even if the handler is cut short after
+        access.status = response.status
 
 
 def make_app(
@@ -159,9 +165,10 @@ def make_app(
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
-        # The id first, so that every answer, a refused target's too, carries it; then the
-        # place failures become answers, around everything that may fail.
-        middlewares=[_identify, answer_failures, check_target, admin.guard],
+        # The id first, so that every answer, a refused target's too, carries it; then its
+        # access line and span; then the place failures become answers, around everything
+        # that may fail.
+        middlewares=[_identify, observe, answer_failures, check_target, admin.guard],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
@@ -194,6 +201,7 @@ def make_app(
     app.cleanup_ctx.append(_audit_ctx)
     app.cleanup_ctx.append(_ledger_ctx)
     app.cleanup_ctx.append(_watch_workers_ctx)
+    app.cleanup_ctx.append(_tracing_ctx)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/ready", admin.ready)
     app.router.add_get("/-/metrics", metrics)
@@ -283,6 +291,15 @@ def _recorded(metrics: Metrics, store: Store) -> None:
         metrics.ledger_responses.set(len(store))
 
 
+async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[IN_FORCE].current.config.tracing
+    if settings.enabled and TRACING not in app:  # a test may have given it an exporter
+        app[TRACING] = Tracing(settings)
+    yield
+    if TRACING in app:
+        await app[TRACING].close()
+
+
 async def healthy(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "pid": os.getpid()})
 
@@ -338,6 +355,10 @@ async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
         request.app[METRICS].requests.labels("any", "unauthorized").inc()
         raise
     gated = target.gated
+    access = request[ACCESS]
+    access.tenant = tenant
+    access.upstream = str(current.upstream.base)
+    access.route = "passthrough" if gated is None else targets.GATED[gated]
     if gated is not None and is_websocket(request):
         return await relay_websocket(request, current, tenant, gated, target.query)
     if is_websocket(request):
@@ -380,6 +401,10 @@ async def relay(
     app = request.app
     books = app[METRICS]
     streams = books.open_streams
+    access = request[ACCESS]
+    access.outcome = outcome
+    if TRACING in app:
+        app[TRACING].inject(headers)
     streams.inc()
     sent = time.perf_counter()
     name = current.upstream.name
@@ -397,15 +422,17 @@ async def relay(
             extra_headers=extra_headers,
             recording=recording,
             on_head=answered,
+            access=access,
         )
     except UpstreamError as exc:
         status = exc.code.removeprefix("upstream_")
         books.upstream_answered(name, route, status, time.perf_counter() - sent)
         books.requests.labels(route, "upstream_error").inc()
-        raise upstream_failure(request[REQUEST_ID], f"{request.method} {target}", exc) from None
+        what = f"{request.method} {target.partition('?')[0]}"  # no query in the log
+        raise upstream_failure(request[REQUEST_ID], what, exc) from None
     finally:
         streams.dec()
-    app[METRICS].requests.labels(route, outcome).inc()
+    books.requests.labels(route, outcome).inc()
     return response
 
 
@@ -433,6 +460,8 @@ async def gate(
     # The gate's time starts once the body is here: the client's upload is not the gate's.
     arrived = time.perf_counter()
     request_id = request[REQUEST_ID]
+    access = request[ACCESS]
+    access.body_bytes = len(raw)
     decided = await pipeline.admit(
         pipeline.Request(
             raw,
@@ -450,7 +479,10 @@ async def gate(
         metrics=app[METRICS],
         caches=current.caches,
     )
+    access.gate_s = time.perf_counter() - arrived
+    access.findings.update(finding.action for finding in decided.findings)
     if isinstance(decided, pipeline.Answer):
+        access.failed(decided.body["error"]["code"])
         return answer(decided)
     recording = None
     upstream = upstream_headers(headers, config, decided.drop_headers)

@@ -52,7 +52,7 @@ class InForceHolder:
         if config.upstream != old.config.upstream:
             upstream = Upstream(config.upstream)
             await upstream.start()
-        for section in ("listen", "ledger", "audit", "admin"):
+        for section in ("listen", "ledger", "audit", "admin", "log", "tracing"):
             if getattr(config, section) != getattr(old.config, section):
                 log.warning("config reload: %s changed; it takes effect on restart", section)
         self._current = InForce(config, upstream)

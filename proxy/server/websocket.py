@@ -17,9 +17,11 @@ from proxy.admission import body, pipeline
 from proxy.admission.continuations import Continuations
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
+from proxy.server.access import ACCESS, Access
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
 from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
+from proxy.server.tracing import TRACING
 from proxy.server.upstream import UpstreamError, upstream_failure
 
 log = logging.getLogger("replay_proxy")
@@ -106,6 +108,7 @@ async def relay_websocket_ungated(
     whichever side ends first to the other."""
     client, upstream = await _connect(request, current, target, route="passthrough")
     request.app[METRICS].requests.labels("passthrough", "forward").inc()
+    request[ACCESS].outcome = "forward"
     return await _relay(
         request,
         client,
@@ -128,14 +131,12 @@ async def _connect(
     if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
         raise ProxyError(400, "invalid_websocket_handshake", _HANDSHAKE)
     books = request.app[METRICS]
+    headers = upstream_headers(request.headers, current.config, WEBSOCKET_OWN)
+    if TRACING in request.app:
+        request.app[TRACING].inject(headers)
     sent = time.perf_counter()
     try:
-        upstream = await current.upstream.connect_websocket(
-            target,
-            upstream_headers(request.headers, current.config, WEBSOCKET_OWN),
-            protocols,
-            limit,
-        )
+        upstream = await current.upstream.connect_websocket(target, headers, protocols, limit)
     except UpstreamError as exc:
         # A refused upgrade is an answer, with its status; none had is named by its failure.
         failed = str(exc.status) if exc.code == "upstream_refused" else exc.code
@@ -151,6 +152,7 @@ async def _connect(
         raise upstream_failure(request[REQUEST_ID], what, exc) from None
     elapsed = time.perf_counter() - sent
     books.upstream_answered(current.upstream.name, route or "websocket", "101", elapsed)
+    request[ACCESS].upstream_s = elapsed  # until the upgrade's answer
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
     )
@@ -243,10 +245,13 @@ async def relay_websocket(
     """
     app = request.app
     connection_id = request[REQUEST_ID]
+    access = request[ACCESS]
+    access.route = "websocket"
     client, upstream = await _connect(request, current, path + query)
+    access.outcome, access.frames = "forward", 0
     limit = current.config.limits.max_body_bytes
     tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
-    frames = _ClientFrames(app, path, tenant, connection_id, tap=tap)
+    frames = _ClientFrames(app, path, tenant, connection_id, tap=tap, access=access)
     return await _relay(
         request,
         client,
@@ -269,6 +274,7 @@ class _ClientFrames:
     connection_id: str
     continuations: Continuations = field(default_factory=Continuations)
     tap: ResponseTap | None = None  # records each forwarded turn's response with its input
+    access: Access | None = None  # the connection's: its frames and their findings counted
 
     async def relay(
         self,
@@ -302,6 +308,8 @@ class _ClientFrames:
         """
         app, connection_id = self.app, self.connection_id
         request_id = new_request_id()
+        if self.access is not None:
+            self.access.frames = (self.access.frames or 0) + 1
         raw = text.encode("utf-8", "surrogatepass")
         evicted = self.continuations.refusal(raw)
         if evicted is not None:
@@ -327,6 +335,8 @@ class _ClientFrames:
             )
             self.continuations.failed(raw)
             return _error_event(pipeline.answer_to(internal_error(request_id))), None
+        if self.access is not None:
+            self.access.findings.update(finding.action for finding in decided.findings)
         if isinstance(decided, pipeline.Answer):
             code = decided.body["error"]["code"]
             log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
