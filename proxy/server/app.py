@@ -6,22 +6,22 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.admission import body, pipeline, targets
+from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.tap import Recording
-from proxy.config import Config
+from proxy.config import Config, Route
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server.clients import tenant_of
 from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
 from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
-from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
+from proxy.server.upstream import Upstream, UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog
@@ -69,7 +69,7 @@ async def check_target(request: web.Request, handler: Handler) -> web.StreamResp
     try:
         request[TARGET] = targets.read_target(request.raw_path)
     except targets.TargetError as exc:
-        request.app[METRICS].requests.labels("any", "invalid_target").inc()
+        request.app[METRICS].requests.labels("any", "invalid_target", "-").inc()
         raise ProxyError(400, "invalid_request_target", str(exc)) from None
     return await handler(request)
 
@@ -156,7 +156,7 @@ def make_app(config: Config) -> web.Application:
 
     async def in_force_ctx(app: web.Application) -> AsyncIterator[None]:
         await app[IN_FORCE].start(config)
-        app[METRICS].verdict_cache.set_function(lambda: len(app[IN_FORCE].current.caches.verdicts))
+        app[METRICS].verdict_cache.set_function(lambda: len(app[IN_FORCE].current.caches))
         yield
         await app[IN_FORCE].close()
 
@@ -213,7 +213,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     if named:
         # Dropped as hop-by-hop, such a header would leave the upstream reading the body
         # differently from the proxy.
-        request.app[METRICS].requests.labels("any", "invalid").inc()
+        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
         raise ProxyError(
             400,
             "invalid_connection_header",
@@ -222,46 +222,85 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     unreadable = not_utf8(request.headers)
     if unreadable is not None:
         # It could not go upstream as it came (see not_utf8): refused rather than changed.
-        request.app[METRICS].requests.labels("any", "invalid").inc()
+        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
         raise ProxyError(400, "invalid_header", f"the value of {unreadable} is not UTF-8 text")
     current = request.app[IN_FORCE].current
-    current.upstream.acquire()
+    current.acquire()
     try:
         return await _proxy(request, current)
     finally:
-        await current.upstream.release()
+        await current.release()
+
+
+def _own(request: web.Request, target: targets.Target) -> ProxyError:
+    request.app[METRICS].requests.labels("any", "not_found", "-").inc()
+    message = f"{request.method} {target.path}: no such admin endpoint; /-/ is never forwarded"
+    return ProxyError(404, "not_found", message)
 
 
 async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
     target = request[TARGET]
     if target.own:
-        request.app[METRICS].requests.labels("any", "not_found").inc()
-        message = f"{request.method} {target.path}: no such admin endpoint; /-/ is never forwarded"
-        raise ProxyError(404, "not_found", message)
+        raise _own(request, target)
+    routes = current.config.routing
+    received = target.path
+    prefix, rest = routing.mount(routes, received)
+    if prefix:
+        # Under a route's prefix, the rest is the request: read, gated and forwarded as such.
+        try:
+            target = targets.read_target(rest + target.query)
+        except targets.TargetError as exc:
+            request.app[METRICS].requests.labels("any", "invalid_target", "-").inc()
+            raise ProxyError(400, "invalid_request_target", str(exc)) from None
+        if target.own:
+            raise _own(request, target)
     try:
         tenant = tenant_of(request.headers, current.config)
     except ProxyError:
-        request.app[METRICS].requests.labels("any", "unauthorized").inc()
+        request.app[METRICS].requests.labels("any", "unauthorized", "-").inc()
         raise
+    matched = route_headers(request.headers, routes)
     gated = target.gated
+    bodied = request.method not in _BODYLESS or request.body_exists
+    if gated is not None and bodied and not is_websocket(request):
+        return await gate(request, current, tenant, gated, target.query, received, matched)
+    try:
+        routed = routing.select(routes, received, matched, None)
+    except ProxyError:
+        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
+        raise
+    upstream = current.upstreams[routed.upstream]
     if gated is not None and is_websocket(request):
-        return await relay_websocket(request, current, tenant, gated, target.query)
+        return await relay_websocket(
+            request, current, upstream, tenant, (gated, target.query, received, matched)
+        )
     if is_websocket(request):
-        return await relay_websocket_ungated(request, current, target.forward)
-    if gated is not None and (request.method not in _BODYLESS or request.body_exists):
-        return await gate(request, current, tenant, gated, target.query)
+        return await relay_websocket_ungated(request, current, upstream, target.forward)
     data = request.content.iter_any() if request.body_exists else None
-    headers = upstream_headers(request.headers, current.config, _KEEP_ALL)
+    headers = upstream_headers(request.headers, current.config, _KEEP_ALL, upstream.settings)
     recording = None
     if request.method == "GET" and targets.reads_response(target.path):
         # A response read again (a background one, done by now) is recorded like a POST's
         # answer: its follow-up pairs with the calls it shows.
         limit = current.config.limits.max_body_bytes
-        recording = Recording(request.app[LEDGER], tenant or "-", limit, request[REQUEST_ID], None)
+        recording = Recording(
+            request.app[LEDGER], tenant or "-", limit, request[REQUEST_ID], None, upstream.name
+        )
         _readable_encodings(headers)
     return await relay(
-        request, current, "passthrough", target.forward, data, headers, recording=recording
+        request, upstream, "passthrough", target.forward, data, headers, recording=recording
     )
+
+
+def route_headers(headers: CIMultiDictProxy[str], routes: Sequence[Route]) -> dict[str, str]:
+    """The headers routes match on, by lower-case name (several values joined, as RFC 9110
+    §5.3 reads them)."""
+    return {
+        name: ", ".join(headers.getall(name))
+        for route in routes
+        if route.header is not None
+        if (name := route.header[0]) in headers
+    }
 
 
 def _readable_encodings(headers: CIMultiDict[str]) -> None:
@@ -274,7 +313,7 @@ def _readable_encodings(headers: CIMultiDict[str]) -> None:
 
 async def relay(
     request: web.Request,
-    current: InForce,
+    upstream: Upstream,
     route: str,
     target: str,
     data: bytes | AsyncIterable[bytes] | None,
@@ -287,7 +326,7 @@ async def relay(
     streams = app[METRICS].open_streams
     streams.inc()
     try:
-        response = await current.upstream.relay(
+        response = await upstream.relay(
             request,
             target,
             request_id=request[REQUEST_ID],
@@ -297,16 +336,22 @@ async def relay(
             recording=recording,
         )
     except UpstreamError as exc:
-        app[METRICS].requests.labels(route, "upstream_error").inc()
+        app[METRICS].requests.labels(route, "upstream_error", upstream.name).inc()
         raise upstream_failure(request[REQUEST_ID], f"{request.method} {target}", exc) from None
     finally:
         streams.dec()
-    app[METRICS].requests.labels(route, outcome).inc()
+    app[METRICS].requests.labels(route, outcome, upstream.name).inc()
     return response
 
 
 async def gate(
-    request: web.Request, current: InForce, tenant: str | None, path: str, query: str
+    request: web.Request,
+    current: InForce,
+    tenant: str | None,
+    path: str,
+    query: str,
+    received: str | None = None,
+    matched: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """Read a request body and run it through admission: answer it here, or forward it."""
     app = request.app
@@ -320,10 +365,10 @@ async def gate(
         body.check_content_type(content_type)
         raw = await read_raw(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
     except body.BodyError:
-        app[METRICS].requests.labels(route, "invalid").inc()
+        app[METRICS].requests.labels(route, "invalid", "-").inc()
         raise
     except TimeoutError:
-        app[METRICS].requests.labels(route, "invalid").inc()
+        app[METRICS].requests.labels(route, "invalid", "-").inc()
         timeout_s = config.limits.body_timeout_s
         message = f"the body did not arrive within {timeout_s:g} s"
         raise ProxyError(408, "body_timeout", message, close=True) from None
@@ -338,6 +383,8 @@ async def gate(
             content_type,
             ", ".join(headers.getall("Content-Encoding", ())),
             started,
+            received,
+            matched or {},
         ),
         config,
         ledger=app[LEDGER],
@@ -348,18 +395,21 @@ async def gate(
     if isinstance(decided, pipeline.Answer):
         return answer(decided)
     recording = None
-    upstream = upstream_headers(headers, config, decided.drop_headers)
+    upstream = current.upstreams[decided.upstream]
+    sent = upstream_headers(headers, config, decided.drop_headers, upstream.settings)
     if decided.record:
         limit = config.limits.max_body_bytes
-        recording = Recording(app[LEDGER], tenant or "-", limit, request_id, decided.context)
-        _readable_encodings(upstream)
+        recording = Recording(
+            app[LEDGER], tenant or "-", limit, request_id, decided.context, upstream.name
+        )
+        _readable_encodings(sent)
     return await relay(
         request,
-        current,
+        upstream,
         route,
         path + query,
         decided.data,
-        upstream,
+        sent,
         decided.add_headers or None,
         decided.outcome,
         recording,

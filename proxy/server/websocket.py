@@ -19,7 +19,7 @@ from proxy.gate.errors import ProxyError, internal_error
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
 from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
-from proxy.server.upstream import UpstreamError, upstream_failure
+from proxy.server.upstream import Upstream, UpstreamError, upstream_failure
 
 log = logging.getLogger("replay_proxy")
 
@@ -98,13 +98,13 @@ async def close_as(sink: _Socket, ending: Ending) -> None:
 
 
 async def relay_websocket_ungated(
-    request: web.Request, current: InForce, target: str
+    request: web.Request, current: InForce, to: Upstream, target: str
 ) -> web.StreamResponse:
     """A WebSocket on a path that is not gated: open the same one upstream under `target` (the
     normalised path), then pass frames both ways as they are, and the close code and reason of
     whichever side ends first to the other."""
-    client, upstream = await _connect(request, current, target, route="passthrough")
-    request.app[METRICS].requests.labels("passthrough", "forward").inc()
+    client, upstream = await _connect(request, current, to, target, route="passthrough")
+    request.app[METRICS].requests.labels("passthrough", "forward", to.name).inc()
     return await _relay(
         request,
         client,
@@ -117,7 +117,12 @@ async def relay_websocket_ungated(
 
 
 async def _connect(
-    request: web.Request, current: InForce, target: str, *, route: str | None = None
+    request: web.Request,
+    current: InForce,
+    to: Upstream,
+    target: str,
+    *,
+    route: str | None = None,
 ) -> tuple[web.WebSocketResponse, aiohttp.ClientWebSocketResponse]:
     """The same WebSocket opened upstream under `target`, and the client's side to answer the
     upgrade with; a handshake that cannot be answered is refused before the upstream is asked.
@@ -127,15 +132,15 @@ async def _connect(
     if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
         raise ProxyError(400, "invalid_websocket_handshake", _HANDSHAKE)
     try:
-        upstream = await current.upstream.connect_websocket(
+        upstream = await to.connect_websocket(
             target,
-            upstream_headers(request.headers, current.config, WEBSOCKET_OWN),
+            upstream_headers(request.headers, current.config, WEBSOCKET_OWN, to.settings),
             protocols,
             limit,
         )
     except UpstreamError as exc:
         if route is not None:
-            request.app[METRICS].requests.labels(route, "upstream_error").inc()
+            request.app[METRICS].requests.labels(route, "upstream_error", to.name).inc()
         what = f"WebSocket {target.partition('?')[0]}"
         raise upstream_failure(request[REQUEST_ID], what, exc) from None
     client = web.WebSocketResponse(
@@ -220,20 +225,33 @@ async def _pass_frames(source: _Socket, sink: _Socket, ending: Ending) -> None:
 
 
 async def relay_websocket(
-    request: web.Request, current: InForce, tenant: str | None, path: str, query: str
+    request: web.Request,
+    current: InForce,
+    to: Upstream,
+    tenant: str | None,
+    routed: tuple[str, str, str, Mapping[str, str]],
 ) -> web.StreamResponse:
     """Open the same WebSocket upstream, then relay frames both ways until either side ends.
+
+    `routed` is the canonical gated path, the query, the path as received and the headers the
+    routes match on: the upgrade chose the upstream by them, and each frame is routed by them
+    and its own body (a frame whose model routes elsewhere is refused).
 
     The upgrade answer's `x-request-id` names the connection; each frame the gate judges gets
     an id of its own (its audit record's, and its error frame's `error.request_id`), logged
     with the connection's when the frame is answered here.
     """
     app = request.app
+    path, query, received, matched = routed
     connection_id = request[REQUEST_ID]
-    client, upstream = await _connect(request, current, path + query)
+    client, upstream = await _connect(request, current, to, path + query)
     limit = current.config.limits.max_body_bytes
-    tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
-    frames = _ClientFrames(app, path, tenant, connection_id, tap=tap)
+    tap = ResponseTap(
+        app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id, upstream=to.name
+    )
+    frames = _ClientFrames(
+        app, path, tenant, connection_id, tap=tap, route=(received, matched, to.name)
+    )
     return await _relay(
         request,
         client,
@@ -256,6 +274,8 @@ class _ClientFrames:
     connection_id: str
     continuations: Continuations = field(default_factory=Continuations)
     tap: ResponseTap | None = None  # records each forwarded turn's response with its input
+    # The path as received, the headers routes match on, and the upstream the connection goes to.
+    route: tuple[str | None, Mapping[str, str], str | None] = (None, {}, None)
 
     async def relay(
         self,
@@ -292,16 +312,26 @@ class _ClientFrames:
         raw = text.encode("utf-8", "surrogatepass")
         evicted = self.continuations.refusal(raw)
         if evicted is not None:
-            app[METRICS].requests.labels("websocket", "invalid").inc()
+            app[METRICS].requests.labels("websocket", "invalid", self.route[2] or "-").inc()
             log.info(
                 "%s answered a frame of WebSocket %s: %s", request_id, connection_id, evicted.code
             )
             return _error_event(pipeline.answer_to(evicted)), None
         # Each frame is gated under the config in force when it arrives (reloads apply).
         in_force = app[IN_FORCE].current
+        received, matched, upstream = self.route
         try:
             decided = await pipeline.admit(
-                pipeline.Request(raw, self.path, "websocket", request_id, self.tenant),
+                pipeline.Request(
+                    raw,
+                    self.path,
+                    "websocket",
+                    request_id,
+                    self.tenant,
+                    received_path=received,
+                    headers=matched,
+                    upstream=upstream,
+                ),
                 in_force.config,
                 ledger=app[LEDGER],
                 audit_log=app[AUDIT],
@@ -319,7 +349,7 @@ class _ClientFrames:
             log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
             self.continuations.failed(raw)
             return _error_event(decided), None
-        app[METRICS].requests.labels("websocket", decided.outcome).inc()
+        app[METRICS].requests.labels("websocket", decided.outcome, decided.upstream).inc()
         if self.tap is not None and decided.record:
             self.tap.expect(decided.context)  # the turn's response is recorded with its input
         # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
