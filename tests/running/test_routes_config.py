@@ -3,9 +3,11 @@ form is one upstream `default` and one route, and every mistake names its key.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from proxy.config import DEFAULT_UPSTREAM, Config, Route
 from proxy.gate.policy import Policy
@@ -240,3 +242,15 @@ def test_an_upstream_key_missing_from_the_environment_names_its_upstream() -> No
     data = {**_two(), "upstreams": {"a": {"url": "http://x", "api_key_env": "A_KEY"}}}
     with pytest.raises(ConfigError, match=r"^upstreams\.a\.api_key_env: the environment variable"):
         parse_config(data).with_secrets({})
+
+
+def test_the_example_configs_two_provider_form_loads_when_uncommented() -> None:
+    text = (Path(__file__).resolve().parents[2] / "config.example.yaml").read_text("utf-8")
+    block = text[text.index("# upstreams:") :].split("\n\n")[0]
+    lines = (line.removeprefix("# ") for line in block.splitlines())
+    uncommented = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    data = yaml.safe_load(uncommented) | {"ledger": {"whole_items": True}}
+    config = parse_config(data)
+    assert list(config.upstream_named) == ["openai", "acme"]
+    assert [route.upstream for route in config.routing] == ["acme", "acme", "acme", "openai"]
+    assert config.routing[3].gate.action == "strip"
