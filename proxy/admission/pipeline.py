@@ -141,6 +141,7 @@ async def admit(
     upstream = routed.upstream
     policy = routed.policy
     tenant = request.tenant or "-"
+    asked = parsed  # as the client sent it: the audit record's model and previous response
     changed = routed.model is not None
     if changed:
         parsed = {**parsed, "model": routed.model}
@@ -154,7 +155,14 @@ async def admit(
             return answer_to(exc)
         changed = True
     verdict = await _inspect(
-        request, parsed, policy, view, audit_log, metrics, _caches(caches, policy), upstream
+        request,
+        (parsed, asked),
+        policy,
+        view,
+        audit_log,
+        metrics,
+        _caches(caches, policy),
+        upstream,
     )
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
@@ -324,7 +332,7 @@ def _unanswered(
 
 async def _inspect(
     request: Request,
-    parsed: dict[str, Any],
+    bodies: tuple[dict[str, Any], dict[str, Any]],
     gate: Policy,
     view: LedgerView | None,
     audit_log: AuditLog,
@@ -332,7 +340,10 @@ async def _inspect(
     caches: GateCaches,
     upstream: str,
 ) -> Verdict:
-    """Gate a parsed body against its recorded history; count and audit what it finds."""
+    """Gate a parsed body against its recorded history; count and audit what it finds.
+
+    `bodies` are the body as gated (routed, maybe inlined) and as the client sent it."""
+    parsed, asked = bodies
     pending = pending_schemas(parsed, gate, caches)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
@@ -347,7 +358,7 @@ async def _inspect(
                 request_id=request.request_id,
                 transport=request.transport,
                 path=request.path,
-                body=parsed,
+                body=asked,
                 raw=request.raw,
                 tenant=request.tenant,
                 upstream=upstream,

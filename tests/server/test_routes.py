@@ -290,7 +290,8 @@ async def test_the_inlined_history_is_gated_under_the_target_route(
     )
     assert recording_upstream.received == []
     [record] = audit_records(tmp_path)
-    assert record["upstream"] == "acme"
+    # The record says what the client asked: the response it continued, on the upstream chosen.
+    assert (record["upstream"], record["previous_response_id"]) == ("acme", response_id)
 
 
 async def test_materialize_needs_the_whole_chain(
