@@ -13,6 +13,7 @@ import aiohttp
 import openai
 import pytest
 from aiohttp.test_utils import TestServer
+from openai.types.responses import ResponseCompletedEvent
 
 from proxy.config import Config
 from proxy.running.config_file import parse_config
@@ -148,11 +149,16 @@ async def test_an_unrouted_model_is_a_400_that_goes_nowhere(
     assert recording_upstream.received == []
 
 
-async def tool_turn(client: openai.AsyncOpenAI) -> tuple[str, dict[str, Any]]:
+async def tool_turn(
+    client: openai.AsyncOpenAI, *, stream: bool = False
+) -> tuple[str, dict[str, Any]]:
     """Turn 1 on the default upstream: the model calls the sales tool."""
-    response = await client.responses.create(
-        model=MODEL, tools=TOOLS, input="what are the latest sales?"
-    )
+    request: dict[str, Any] = {"model": MODEL, "tools": TOOLS, "input": "what are the sales?"}
+    if stream:
+        events = await client.responses.create(**request, stream=True)
+        [response] = [e.response async for e in events if isinstance(e, ResponseCompletedEvent)]
+    else:
+        response = await client.responses.create(**request)
     [call] = [item for item in response.output if item.type == "function_call"]
     return response.id, call.model_dump(exclude_none=True)
 
@@ -189,17 +195,19 @@ async def test_a_previous_response_of_another_upstream_is_refused_without_materi
     assert answer.output_text == "tool said: apac: 42"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_conversation_moves_to_another_provider_with_materialize(
     scripted_upstream: str,
     second_agent: str,
     start_routed: Any,
     client_for: Clients,
+    stream: bool,
 ) -> None:
-    """Started on one agent, continued on the other by changing one header: the second agent
-    gets the whole history inline and answers the tool's output."""
+    """Started on one agent (its answer JSON or streamed), continued on the other by changing
+    one header: the second agent gets the whole history inline and answers the tool's output."""
     config = two_providers(scripted_upstream, second_agent, materialize=True)
     client = client_for(await start_routed(**config))
-    response_id, call = await tool_turn(client)
+    response_id, call = await tool_turn(client, stream=stream)
 
     answer = await client.responses.create(
         model=MODEL,
@@ -249,7 +257,7 @@ async def test_materialize_sends_the_recorded_history_inline(
     assert body["input"][0] == {
         "type": "message",
         "role": "user",
-        "content": "what are the latest sales?",
+        "content": "what are the sales?",
     }
     assert body["input"][1] == call | {"type": "function_call"}
 
