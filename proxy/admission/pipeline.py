@@ -147,7 +147,16 @@ async def admit(
         parsed = {**parsed, "model": routed.model}
     view = await ledger.view(tenant, parsed, provenance=policy.require_provenance)
     previous = parsed.get("previous_response_id")
-    if view is not None and view.origin not in (None, upstream) and isinstance(previous, str):
+    # Only an upstream of this config is another one: a response recorded under a name the
+    # config no longer has (before routes, the single form's `default`) is judged as before.
+    origin = None if view is None else view.origin
+    if (
+        view is not None
+        and origin is not None
+        and origin in config.upstream_named
+        and origin != upstream
+        and isinstance(previous, str)
+    ):
         try:
             parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
         except ProxyError as exc:
