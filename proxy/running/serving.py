@@ -58,11 +58,11 @@ async def serve(
             raise cannot_listen(listen.host, listen.port, exc) from None
         port = _bound_port(runner)
         log.info(
-            "listening on %s://%s:%d, upstream %s",
+            "listening on %s://%s:%d, %s",
             listen.scheme,
             listen.host,
             port,
-            config.upstream.url,
+            _upstreams_said(config),
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -168,3 +168,11 @@ def _bound_port(runner: web.AppRunner) -> int:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("the server is not bound to a TCP port")
+
+
+def _upstreams_said(config: Config) -> str:
+    """The upstreams, as the start's log line names them."""
+    if not config.upstreams:
+        return f"upstream {config.upstream.url}"
+    named = ", ".join(f"{name}={u.url}" for name, u in config.upstreams.items())
+    return f"upstreams {named}"

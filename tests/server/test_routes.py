@@ -4,7 +4,11 @@ conversation moved to another provider with `materialize`, or refused without it
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import signal
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -429,3 +433,38 @@ async def test_a_reload_keeps_the_pools_of_unchanged_upstreams_and_retires_the_r
     assert (a.closed, b.closed) == (False, True)
     await live.close()
     assert all(upstream.closed for upstream in live.current.upstreams.values())
+
+
+async def test_serve_with_two_upstreams_names_them_and_routes(
+    recording_upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    """`replay-proxy serve --config` with the two-provider form: the start names each upstream,
+    and a request under `/acme` reaches acme."""
+    config = two_providers("http://127.0.0.1:9", recording_upstream.url)
+    path = tmp_path / "proxy.yaml"
+    path.write_text(json.dumps(config | {"audit": {"path": str(tmp_path / "a.jsonl")}}), "utf-8")
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "proxy", "serve", "--port", "0", "--config", str(path)),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    try:
+        line = ""
+        while "listening on" not in line:
+            line = (await asyncio.wait_for(process.stderr.readline(), timeout=30)).decode()
+            assert line, "the proxy exited before listening"
+        found = re.search(r"listening on (http://\S+), (.*)$", line.strip())
+        assert found is not None
+        assert (
+            found.group(2) == f"upstreams openai=http://127.0.0.1:9, acme={recording_upstream.url}"
+        )
+        async with (
+            aiohttp.ClientSession() as client,
+            client.post(found.group(1) + "/acme/v1/responses", json={"input": "hi"}) as resp,
+        ):
+            assert resp.status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+    assert [r.target for r in recording_upstream.received] == ["/v1/responses"]
