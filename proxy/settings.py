@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,10 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import ssl
+
+
+# A vendor slug as item types carry it before their colon (`openai:web_search_call`).
+_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class ConfigError(Exception):
@@ -100,6 +105,8 @@ class Admin:
 @dataclass(frozen=True)
 class Upstream:
     url: str = "http://127.0.0.1:8000"
+    # Its vendor slug: items typed `<vendor>:...` are its own (another upstream's are foreign).
+    vendor: str | None = None
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
     api_key_env: str | None = None
@@ -126,6 +133,11 @@ class Upstream:
     proxy: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.vendor is not None and not _SLUG.fullmatch(self.vendor):
+            raise ValueError(
+                f"vendor: {self.vendor!r} is not a vendor slug (letters, digits, `_`, `-`, `.`; "
+                "no `:`)"
+            )
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"url: {self.url!r} is not an http(s) URL with a host")
@@ -192,6 +204,10 @@ class Ledger:
     max_chain: int = 64
     timeout_s: float = 1.0
     fail_open: bool = False
+    # Keep each relayed response's input and output items whole (not only what the gate needs),
+    # so that a route with `materialize: true` can inline a conversation's history for another
+    # upstream. It costs what the items weigh: see README ("Switching providers").
+    whole_items: bool = False
 
     def __post_init__(self) -> None:
         if self.backend == "redis" and importlib.util.find_spec("redis") is None:

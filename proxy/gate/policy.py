@@ -63,6 +63,8 @@ class Policy:
     actions: Mapping[str, Action] = field(default_factory=dict)
     allow_missing_status: bool = False
     require_provenance: bool = False
+    # the target upstream's slug (items typed `<slug>:...` are its own); None: not judged
+    vendor: str | None = None
     tools: Mapping[str, Any] = field(default_factory=dict)
     max_cached_verdicts: int = 65536
     # The time validating one request's arguments against their schemas may take, all calls

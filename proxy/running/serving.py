@@ -64,11 +64,11 @@ async def serve(
             raise cannot_listen(listen.host, listen.port, exc) from None
         port = _bound_port(runner)
         log.info(
-            "listening on %s://%s:%d, upstream %s",
+            "listening on %s://%s:%d, %s",
             listen.scheme,
             listen.host,
             port,
-            config.upstream.url,
+            _upstreams_said(config),
         )
         if config.admin.listen is not None:
             admin = await serve_admin(app, config.admin.listen, reuse_port=reuse_port)
@@ -200,3 +200,11 @@ def _bound_port(runner: web.AppRunner) -> int:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("the server is not bound to a TCP port")
+
+
+def _upstreams_said(config: Config) -> str:
+    """The upstreams, as the start's log line names them."""
+    if not config.upstreams:
+        return f"upstream {config.upstream.url}"
+    named = ", ".join(f"{name}={u.url}" for name, u in config.upstreams.items())
+    return f"upstreams {named}"

@@ -38,7 +38,7 @@ class Check:
 
 def upstreams_of(config: Config) -> Mapping[str, settings.Upstream]:
     """The upstreams the config names, by name: the one place readiness learns them."""
-    return {"default": config.upstream}
+    return config.upstream_named
 
 
 class Readiness:

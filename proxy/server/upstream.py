@@ -1,5 +1,5 @@
-"""Forwarding to the upstream: one aiohttp client session, hop-by-hop headers dropped, answers
-streamed chunk by chunk."""
+"""Forwarding to an upstream: one aiohttp client session per upstream, hop-by-hop headers
+dropped, answers streamed chunk by chunk."""
 
 from __future__ import annotations
 
@@ -78,9 +78,9 @@ class Upstream:
     """The upstream server: one aiohttp client session (one pool of keep-alive connections)
     that every request and WebSocket upgrade to it shares."""
 
-    def __init__(self, settings: settings.Upstream) -> None:
+    def __init__(self, settings: settings.Upstream, name: str = "default") -> None:
         self.settings = settings
-        self.name = "default"  # the one upstream a config names today (metrics label it so)
+        self.name = name
         self.base = URL(settings.url.rstrip("/"))
         self._session: aiohttp.ClientSession | None = None
         self._users = 0

@@ -46,6 +46,7 @@ class Request:
     body: Any
     raw: bytes
     tenant: str | None
+    upstream: str | None = None  # the name of the upstream its route sends it to
 
 
 def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> dict[str, Any]:
@@ -59,6 +60,7 @@ def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> di
         "request_id": request.request_id,
         "action": _OUTCOME_ACTION[verdict.outcome],
         "transport": request.transport,
+        "upstream": request.upstream,
         "path": request.path,
         "model": model if isinstance(model, str) else None,
         "previous_response_id": previous if isinstance(previous, str) else None,

@@ -78,8 +78,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "replay_proxy_requests",
-            "Requests handled, by route and outcome.",
-            ["route", "outcome"],
+            "Requests handled, by route, outcome and upstream (`-`: none was chosen).",
+            ["route", "outcome", "upstream"],
             registry=self.registry,
         )
         self.findings = Counter(
