@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,10 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import ssl
+
+
+# A vendor slug as item types carry it before their colon (`openai:web_search_call`).
+_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class ConfigError(Exception):
@@ -81,8 +86,27 @@ class Listen:
 
 
 @dataclass(frozen=True)
+class AdminListen:
+    """Where the admin endpoints (`/-/…`) are served instead of the data listener."""
+
+    port: int
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Admin:
+    listen: AdminListen | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.listen, Mapping):  # as the config file gives it
+            object.__setattr__(self, "listen", AdminListen(**self.listen))
+
+
+@dataclass(frozen=True)
 class Upstream:
     url: str = "http://127.0.0.1:8000"
+    # Its vendor slug: items typed `<vendor>:...` are its own (another upstream's are foreign).
+    vendor: str | None = None
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
     api_key_env: str | None = None
@@ -109,6 +133,11 @@ class Upstream:
     proxy: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.vendor is not None and not _SLUG.fullmatch(self.vendor):
+            raise ValueError(
+                f"vendor: {self.vendor!r} is not a vendor slug (letters, digits, `_`, `-`, `.`; "
+                "no `:`)"
+            )
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"url: {self.url!r} is not an http(s) URL with a host")
@@ -175,6 +204,10 @@ class Ledger:
     max_chain: int = 64
     timeout_s: float = 1.0
     fail_open: bool = False
+    # Keep each relayed response's input and output items whole (not only what the gate needs),
+    # so that a route with `materialize: true` can inline a conversation's history for another
+    # upstream. It costs what the items weigh: see README ("Switching providers").
+    whole_items: bool = False
 
     def __post_init__(self) -> None:
         if self.backend == "redis" and importlib.util.find_spec("redis") is None:
@@ -190,3 +223,43 @@ class Limits:
     # proxy holds the body until it can judge it, so a client sending a byte a second would
     # hold a connection, a handler and a buffer for as long as it liked.
     body_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Log:
+    """The operational log on stderr: one line per event, `text` for people, `json` (one object
+    a line) for a log shipper."""
+
+    format: str = "text"
+
+    def __post_init__(self) -> None:
+        if self.format not in LOG_FORMATS:
+            raise ValueError(f"format: {self.format!r} is not one of {', '.join(LOG_FORMATS)}")
+
+
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """Traces over OTLP (the `otel` extra): a span per request. `endpoint` is the collector's
+    OTLP/HTTP traces URL; None leaves it to the standard OTEL_EXPORTER_OTLP_* environment."""
+
+    enabled: bool = False
+    endpoint: str | None = None
+    service_name: str = "replay-proxy"
+
+    def __post_init__(self) -> None:
+        if self.endpoint is not None:
+            parts = urlsplit(self.endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"endpoint: {self.endpoint!r} is not an http(s) URL with a host")
+        if self.enabled and not _installed("opentelemetry.sdk"):
+            raise ValueError("enabled: traces need OpenTelemetry: pip install 'replay-proxy[otel]'")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False

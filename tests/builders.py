@@ -309,6 +309,7 @@ AUDIT_FIELDS = {
     "request_id",
     "action",
     "transport",
+    "upstream",
     "path",
     "model",
     "previous_response_id",

@@ -11,18 +11,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from proxy.admission import body, targets
-from proxy.config import Config
+from proxy.admission import body, routing, targets
+from proxy.admission.routing import RouteCaches, Routed
+from proxy.config import DEFAULT_UPSTREAM, Config
 from proxy.gate import items
 from proxy.gate.arguments import compile_schemas, pending_schemas
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
 from proxy.gate.pairing import NOTHING_RECORDED
-from proxy.gate.verdict import Verdict, inspect, rejection
+from proxy.gate.policy import Policy
+from proxy.gate.verdict import Finding, Verdict, inspect, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import (
@@ -30,6 +32,7 @@ from proxy.state.ledger import (
     NO_CONTEXT,
     Context,
     Ledger,
+    LedgerFault,
     LedgerView,
     kept,
 )
@@ -62,6 +65,12 @@ class Request:
     # When the whole body had arrived (`time.perf_counter()`): the gate's time starts there.
     # None: now.
     started: float | None = None
+    # What the routes are matched against: the normalised path as received (a route's
+    # `path_prefix` still on it; None: `path`), and the headers by lower-case name.
+    received_path: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # The upstream a WebSocket connection was opened to: its frames may not choose another.
+    upstream: str | None = None
 
     def __post_init__(self) -> None:
         if self.path not in targets.GATED:
@@ -77,6 +86,7 @@ class Answer:
     status: int
     body: Mapping[str, Any]
     headers: Mapping[str, str]
+    findings: tuple[Finding, ...] = ()  # of a blocked request: for its access line and span
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,8 @@ class Forward:
     record: bool  # the upstream's answer is a response the ledger records
     # What the response it creates is recorded with: the input that passed, the tools offered.
     context: Context = NO_CONTEXT
+    findings: tuple[Finding, ...] = ()  # those it was forwarded with (strip, rewrite, log)
+    upstream: str = DEFAULT_UPSTREAM  # the name of the upstream its route sends it to
 
 
 def answer_to(error: ProxyError) -> Answer:
@@ -105,11 +117,12 @@ async def admit(
     ledger: Ledger,
     audit_log: AuditLog,
     metrics: Metrics,
-    caches: GateCaches | None = None,
+    caches: GateCaches | RouteCaches | None = None,
 ) -> Answer | Forward:
-    """Read, gate and count a body: an answer of the proxy's own, or what to forward.
+    """Read, route, gate and count a body: an answer of the proxy's own, or what to forward.
 
-    `caches` are the gate's for `config.gate`, owned by the front (see `GateCaches`).
+    `caches` are the gate's, owned by the front (see `GateCaches`): per route's policy, or
+    those of `config.gate` alone.
 
     Never raises on bad input: a body it cannot read unambiguously is answered 4xx, a body
     the gate refuses is answered 400.
@@ -124,30 +137,165 @@ async def admit(
         applied = body.codings(request.content_encoding)
         decoded = body.decode(raw, applied, limit) if applied else raw
         parsed = body.parse(decoded)
-    except body.BodyError as exc:
-        metrics.requests.labels(label, "invalid").inc()
+        routed = _route(request, config, parsed)
+    except ProxyError as exc:
+        metrics.requests.labels(label, "invalid", request.upstream or "-").inc()
         return answer_to(exc)
-    if caches is None:
-        caches = GateCaches.for_policy(config.gate)
-    verdict, view = await _inspect(request, parsed, config, ledger, audit_log, metrics, caches)
+    upstream = routed.upstream
+    policy = routed.policy
+    tenant = request.tenant or "-"
+    asked = parsed  # as the client sent it: the audit record's model and previous response
+    changed = routed.model is not None
+    if changed:
+        parsed = {**parsed, "model": routed.model}
+    view = await ledger.view(tenant, parsed, provenance=policy.require_provenance)
+    previous = parsed.get("previous_response_id")
+    # Only an upstream of this config is another one: a response recorded under a name the
+    # config no longer has (before routes, the single form's `default`) is judged as before.
+    origin = None if view is None else view.origin
+    if (
+        view is not None
+        and origin is not None
+        and origin in config.upstream_named
+        and origin != upstream
+        and isinstance(previous, str)
+    ):
+        try:
+            parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
+        except ProxyError as exc:
+            metrics.requests.labels(label, "invalid", upstream).inc()
+            return answer_to(exc)
+        changed = True
+    verdict = await _inspect(
+        request,
+        (parsed, asked),
+        policy,
+        view,
+        audit_log,
+        metrics,
+        _caches(caches, policy),
+        upstream,
+    )
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
-        metrics.requests.labels(label, "block").inc()
-        return Answer(400, rejection(verdict, request_id=request.request_id), _NOT_RETRIED)
+        metrics.requests.labels(label, "block", upstream).inc()
+        blocked = rejection(verdict, request_id=request.request_id)
+        return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()
     added = MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS
     compacts = targets.GATED[request.path] == "responses_compact"
     recorded = context_of(parsed, verdict, view, compacts=compacts)
+    if config.ledger.whole_items:
+        recorded = replace(recorded, whole=tuple(_whole_input(parsed, verdict)))
     # A WebSocket frame of another type (the spec defaults it to `response.create`) makes no
     # response: the relay must not wait for one to record with this context.
     record = request.transport != "websocket" or parsed.get("type") in (None, "response.create")
-    if verdict.outcome in ("strip", "rewrite"):
-        assert verdict.input is not None
-        changed = body.with_input(parsed, verdict.input)
-        return Forward(changed, _DECODED, added, verdict.outcome, record, recorded)
+    if verdict.outcome in ("strip", "rewrite") or changed:
+        sent = parsed if verdict.input is None else {**parsed, "input": verdict.input}
+        outcome = "forward" if verdict.outcome == "forward" else verdict.outcome
+        return Forward(
+            body.dumps(sent),
+            _DECODED,
+            added,
+            outcome,
+            record,
+            recorded,
+            findings=verdict.findings,
+            upstream=upstream,
+        )
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
-    return Forward(decoded, _DECODED, added, "forward", record, recorded)
+    return Forward(
+        decoded,
+        _DECODED,
+        added,
+        "forward",
+        record,
+        recorded,
+        findings=verdict.findings,
+        upstream=upstream,
+    )
+
+
+def _route(request: Request, config: Config, parsed: Mapping[str, Any]) -> Routed:
+    """The route of a parsed body; ProxyError when none takes it, or when a WebSocket's frame
+    would take another upstream than its connection goes to."""
+    path = request.received_path or request.path
+    routed = routing.select(config.routing, path, request.headers, parsed)
+    if request.upstream is not None and routed.upstream != request.upstream:
+        raise ProxyError(
+            400,
+            "wrong_upstream",
+            f"this WebSocket goes to upstream {request.upstream!r}, and the frame's model routes "
+            f"it to {routed.upstream!r}: open a WebSocket that routes there (its path or header)",
+            param="model",
+        )
+    return routed
+
+
+def _caches(caches: GateCaches | RouteCaches | None, policy: Policy) -> GateCaches:
+    if isinstance(caches, RouteCaches):
+        return caches.of(policy)
+    if caches is None:
+        return GateCaches.for_policy(policy)
+    return caches
+
+
+async def _materialize(
+    request: Request,
+    routed: Routed,
+    parsed: dict[str, Any],
+    view: LedgerView,
+    ledger: Ledger,
+    previous: str,
+) -> tuple[dict[str, Any], LedgerView | None]:
+    """A request continuing a response another upstream made: refused (400
+    `foreign_previous_response`), or with `materialize` that response's whole conversation
+    inlined before this input, `previous_response_id` gone, to be gated as one body."""
+    origin = view.origin
+    if not routed.route.materialize:
+        raise ProxyError(
+            400,
+            "foreign_previous_response",
+            f"previous_response_id {previous!r} was made by upstream {origin!r}; this request "
+            f"goes to {routed.upstream!r}, which does not have it. Send the conversation's "
+            "items in `input` instead, or use a route to that upstream (or one with "
+            "materialize: true)",
+            param="previous_response_id",
+        )
+    tenant = request.tenant or "-"
+    try:
+        history = await ledger.history(tenant, previous)
+    except LedgerFault as exc:
+        ledger.fault("read", exc)
+        raise ProxyError(
+            503, "ledger_unavailable", "the recorded conversation could not be read; try again"
+        ) from None
+    if history is None:
+        raise ProxyError(
+            400,
+            "foreign_previous_response",
+            f"previous_response_id {previous!r} was made by upstream {origin!r}, and its "
+            f"conversation is not recorded whole, so it cannot go to {routed.upstream!r}: "
+            "send the conversation's items in `input` instead",
+            param="previous_response_id",
+        )
+    inlined = {k: v for k, v in parsed.items() if k != "previous_response_id"}
+    inlined["input"] = [*history, *_input_items(parsed)]
+    return inlined, await ledger.view(tenant, inlined, provenance=routed.policy.require_provenance)
+
+
+def _input_items(parsed: Mapping[str, Any]) -> list[Any]:
+    """The body's `input` as items: a string is one user message."""
+    given = parsed.get("input")
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": given}]
+    return list(given) if isinstance(given, list) else []
+
+
+def _whole_input(parsed: Mapping[str, Any], verdict: Verdict) -> list[Any]:
+    """The input items as they go upstream, whole: the gate's when it changed them."""
+    return list(verdict.input) if verdict.input is not None else _input_items(parsed)
 
 
 def context_of(
@@ -215,17 +363,18 @@ def _unanswered(
 
 async def _inspect(
     request: Request,
-    parsed: dict[str, Any],
-    config: Config,
-    ledger: Ledger,
+    bodies: tuple[dict[str, Any], dict[str, Any]],
+    gate: Policy,
+    view: LedgerView | None,
     audit_log: AuditLog,
     metrics: Metrics,
     caches: GateCaches,
-) -> tuple[Verdict, LedgerView | None]:
-    """Gate a parsed body against its recorded history; count and audit what it finds."""
-    gate = config.gate
-    tenant = request.tenant
-    view = await ledger.view(tenant or "-", parsed, provenance=gate.require_provenance)
+    upstream: str,
+) -> Verdict:
+    """Gate a parsed body against its recorded history; count and audit what it finds.
+
+    `bodies` are the body as gated (routed, maybe inlined) and as the client sent it."""
+    parsed, asked = bodies
     pending = pending_schemas(parsed, gate, caches)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
@@ -242,9 +391,10 @@ async def _inspect(
                     request_id=request.request_id,
                     transport=request.transport,
                     path=request.path,
-                    body=parsed,
+                    body=asked,
                     raw=request.raw,
-                    tenant=tenant,
+                    tenant=request.tenant,
+                    upstream=upstream,
                 ),
                 verdict,
             )
@@ -253,4 +403,4 @@ async def _inspect(
             # request with findings goes nowhere unrecorded.
             metrics.audit_write_failures.inc()
             raise
-    return verdict, view
+    return verdict

@@ -30,6 +30,7 @@ class Recording:
     # The context of the request that creates the response; None for an answer that reads a
     # response again (`GET /v1/responses/{id}`), which keeps the context recorded at its creation.
     context: Context | None = NO_CONTEXT
+    upstream: str | None = None  # the upstream answering: the ledger records that it made it
 
     def tap(
         self, status: int, content_type: str, content_encoding: str, content_length: int | None
@@ -46,6 +47,7 @@ class Recording:
             content_encoding,
             self.request_id,
             self.context,
+            self.upstream,
         )
 
 
@@ -69,8 +71,10 @@ class ResponseTap:
         content_encoding: str = "",
         request_id: str = "-",
         context: Context | None = NO_CONTEXT,
+        upstream: str | None = None,
     ) -> None:
         self.ledger = ledger
+        self.upstream = upstream
         self.context = context
         self.turns: deque[Context] | None = None
         self.request_id = request_id
@@ -142,7 +146,7 @@ class ResponseTap:
         kind = response.get("object")
         compacts = self.context is not None and self.context.compacts
         if kind == "response" or (kind == "response.compaction" and compacts):
-            await self.ledger.record(self.tenant, response, self.context)
+            await self.ledger.record(self.tenant, response, self.context, self.upstream)
 
     def expect(self, context: Context) -> None:
         """A WebSocket turn was forwarded with this context: its response is recorded with it."""
@@ -207,7 +211,7 @@ class ResponseTap:
             if not response.get("output") and self.done_items:
                 response = {**response, "output": self.done_items}
             self.done_items = []
-            await self.ledger.record(self.tenant, response, self._turn_context())
+            await self.ledger.record(self.tenant, response, self._turn_context(), self.upstream)
         elif kind in _FAILED and self.turns:
             self.done_items = []
             self.turns.popleft()  # the turn ended without a response to record

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib.metadata import PackageNotFoundError, version
 from typing import BinaryIO, NoReturn
 
@@ -33,8 +33,9 @@ from proxy.running.documents import WRAPPERS, iter_documents
 from proxy.running.documents import Unreadable as UnreadableInput
 from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
 from proxy.running.report_html import render_html
-from proxy.settings import ConfigError
+from proxy.settings import LOG_FORMATS, ConfigError
 from proxy.state.audit import GENESIS, verify
+from proxy.state.workers import WorkerSlot
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,9 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"operational log level (stderr): {', '.join(_LEVELS)}",
     )
     serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="the log's format: text | json (overrides log.format; default text)",
+    )
+    serve.add_argument(
         "--workers", type=workers, default=1, help="processes sharing the port (SO_REUSEPORT)"
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    # Given by the supervisor of `--workers N` to each worker (proxy.state.workers).
+    serve.add_argument("--worker-slot", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-dir", help=argparse.SUPPRESS)
 
     check = commands.add_parser(
         "check",
@@ -142,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = serve_config(args) if args.command == "serve" else check_config(args)
     except ConfigError as exc:
         print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        if args.command == "serve":
+            _failed(args, str(exc))
         return 2
     if args.command == "serve":
         return run_serve(config, args)
@@ -161,18 +172,17 @@ def serve_config(args: argparse.Namespace) -> Config:
 
 def run_serve(config: Config, args: argparse.Namespace) -> int:
     # Imported here so that `check` never loads the HTTP stack.
+    from proxy.running.logs import configure_logging
     from proxy.running.serving import serve
     from proxy.running.workers import MULTIPROC_ENV, free_port, supervise
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format or config.log.format)
     if args.workers > 1:
         port = config.listen.port or free_port(config.listen.host)
         worker_args = ["--host", config.listen.host, "--port", str(port), "--reuse-port"]
         worker_args += ["--log-level", args.log_level]
+        if args.log_format:
+            worker_args += ["--log-format", args.log_format]
         if args.config:
             worker_args += ["--config", args.config]
         if args.upstream:
@@ -188,16 +198,33 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
             config,
             reuse_port=args.reuse_port,
             reload=lambda: serve_config(args),
+            worker=_worker_of(args),
             metrics_dir=metrics_dir,
         )
         asyncio.run(served)
     except ConfigError as exc:
         print(f"replay-proxy: {blame_flags(str(exc), args)}", file=sys.stderr)  # noqa: T201
+        _failed(args, blame_flags(str(exc), args))
         return 2
     except OSError as exc:  # one no key accounts for
         logging.getLogger("replay_proxy").error("cannot serve: %s", exc)
+        _failed(args, f"cannot serve: {exc}")
         return 1
     return 0
+
+
+def _worker_of(args: argparse.Namespace) -> WorkerSlot | None:
+    if args.worker_dir is None or args.worker_slot is None:
+        return None
+    return WorkerSlot(args.worker_dir, args.worker_slot)
+
+
+def _failed(args: argparse.Namespace, reason: str) -> None:
+    """A worker that cannot start tells its supervisor why."""
+    worker = _worker_of(args)
+    if worker is not None:
+        with suppress(OSError):  # the supervisor is gone: no one to tell
+            worker.failed(reason)
 
 
 # The flags that stand for a config key: a start-up failure of a key set by its flag names it.
@@ -406,20 +433,38 @@ def chain_hash(value: str) -> str:
 
 def run_audit_verify(paths: Sequence[str], start: str) -> int:
     start_name = "a fresh chain's start (64 zeros)" if start == GENESIS else "the --prev hash"
+    chains: dict[str, tuple[str, str]] = {}
+    initial = start
     for path in paths:
         name = "<stdin>" if path == "-" else path
         try:
             with _open_binary(path) as f:
-                chain = verify(f, start, start_name=start_name)
+                chain = verify(f, start, start_name=start_name, chains=chains)
         except OSError as exc:
             print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
             return 2
         if chain.broken is not None:
             sys.stdout.write(f"{name}: line {chain.broken.line}: {chain.broken.reason}\n")
             return 1
-        sys.stdout.write(f"{name}: ok, {chain.records} records, last hash {chain.last}\n")
+        if not chain.chains:
+            sys.stdout.write(f"{name}: ok, {chain.records} records, last hash {chain.last}\n")
+        else:
+            # Several processes on stdout: a chain each, and the last hash of each.
+            lasts = [("(unnamed)", chain.last)] if chain.last != initial else []
+            lasts += sorted(chain.chains.items())
+            sys.stdout.write(
+                f"{name}: ok, {chain.records} records in {len(lasts)} chains, last hashes "
+                + ", ".join(f"{chain_name} {last}" for chain_name, last in lasts)
+                + "\n"
+            )
         # The next file must continue from this one.
         start, start_name = chain.last, f"the last hash of {name}"
+        chains = {
+            c: chains[c]
+            if c in chains and chains[c][0] == last
+            else (last, f"the last hash of chain {c} in {name}")
+            for c, last in chain.chains.items()
+        }
     return 0
 
 

@@ -11,9 +11,21 @@ from typing import Any
 import jsonschema
 import yaml
 
-from proxy.config import Config
+from proxy.config import Config, Route
 from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
-from proxy.settings import Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import (
+    LOG_FORMATS,
+    Admin,
+    Audit,
+    Client,
+    ConfigError,
+    Ledger,
+    Limits,
+    Listen,
+    Log,
+    Tracing,
+    Upstream,
+)
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
@@ -23,6 +35,50 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
 _SECONDS = {"type": "number", "exclusiveMinimum": 0}
 
 _ACTION = {"enum": list(ACTIONS)}
+
+_UPSTREAM: dict[str, Any] = {
+    "url": {"type": "string", "minLength": 1},
+    "connect_timeout_s": _SECONDS,
+    "read_timeout_s": _SECONDS,
+    "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+    "max_connections": {"type": "integer", "minimum": 1},
+    "keepalive_s": _SECONDS,
+    "ca_file": {"type": "string", "minLength": 1},
+    "client_cert": {"type": "string", "minLength": 1},
+    "client_key": {"type": "string", "minLength": 1},
+    "trust_env": {"type": "boolean"},
+}
+
+_GATE: dict[str, Any] = {
+    "action": _ACTION,
+    "actions": {
+        "type": "object",
+        "propertyNames": {"enum": list(ALL_REASONS)},
+        "additionalProperties": _ACTION,
+    },
+    "allow_missing_status": {"type": "boolean"},
+    "require_provenance": {"type": "boolean"},
+    "max_cached_verdicts": {"type": "integer", "minimum": 1},
+    "validation_timeout_s": _SECONDS,
+    "schema_limits": _object(
+        {
+            name: {"type": "integer", "minimum": 1}
+            for name in (
+                "max_bytes",
+                "max_depth",
+                "max_subschemas",
+                "max_pattern_length",
+            )
+        }
+    ),
+}
+
+_TOOLS = {"type": "object", "additionalProperties": {"type": ["object", "boolean"]}}
+
+# An upstream's name: it labels metrics and audit records.
+_NAME = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# A header name (RFC 9110 §5.6.2 token).
+_TOKEN = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 
 # The shape of the file; values are checked further where the dataclasses are built.
 CONFIG_SCHEMA: dict[str, Any] = _object(
@@ -45,46 +101,46 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 },
             }
         ),
-        "upstream": _object(
-            {
-                "url": {"type": "string", "minLength": 1},
-                "connect_timeout_s": _SECONDS,
-                "read_timeout_s": _SECONDS,
-                "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                "max_connections": {"type": "integer", "minimum": 1},
-                "keepalive_s": _SECONDS,
-                "ca_file": {"type": "string", "minLength": 1},
-                "client_cert": {"type": "string", "minLength": 1},
-                "client_key": {"type": "string", "minLength": 1},
-                "trust_env": {"type": "boolean"},
-            }
-        ),
-        "gate": _object(
-            {
-                "action": _ACTION,
-                "actions": {
-                    "type": "object",
-                    "propertyNames": {"enum": list(ALL_REASONS)},
-                    "additionalProperties": _ACTION,
-                },
-                "allow_missing_status": {"type": "boolean"},
-                "require_provenance": {"type": "boolean"},
-                "max_cached_verdicts": {"type": "integer", "minimum": 1},
-                "validation_timeout_s": _SECONDS,
-                "schema_limits": _object(
+        "upstream": _object(_UPSTREAM),
+        # The named form: either `upstream:` or `upstreams:` (with `routes:`), never both.
+        "upstreams": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": _NAME},
+            "additionalProperties": {
+                **_object({**_UPSTREAM, "vendor": {"type": "string", "minLength": 1}}),
+                "required": ["url"],
+            },
+        },
+        "routes": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                **_object(
                     {
-                        name: {"type": "integer", "minimum": 1}
-                        for name in (
-                            "max_bytes",
-                            "max_depth",
-                            "max_subschemas",
-                            "max_pattern_length",
-                        )
+                        "path_prefix": {"type": "string", "pattern": "^/"},
+                        "model": {"type": "string", "minLength": 1},
+                        "strip_model_prefix": {"type": "boolean"},
+                        "header": {
+                            **_object(
+                                {
+                                    "name": {"type": "string", "pattern": _TOKEN},
+                                    "value": {"type": "string"},
+                                }
+                            ),
+                            "required": ["name", "value"],
+                        },
+                        "upstream": {"type": "string", "minLength": 1},
+                        "materialize": {"type": "boolean"},
+                        # The top-level gate's keys, and pinned tools, over its values.
+                        "gate": _object({**_GATE, "tools": _TOOLS}),
                     }
                 ),
-            }
-        ),
-        "tools": {"type": "object", "additionalProperties": {"type": ["object", "boolean"]}},
+                "required": ["upstream"],
+            },
+        },
+        "gate": _object(_GATE),
+        "tools": _TOOLS,
         "clients": {
             "type": "array",
             "items": {
@@ -113,12 +169,34 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "max_chain": {"type": "integer", "minimum": 1},
                 "timeout_s": _SECONDS,
                 "fail_open": {"type": "boolean"},
+                "whole_items": {"type": "boolean"},
             }
         ),
         "limits": _object(
             {
                 "max_body_bytes": {"type": "integer", "minimum": 1},
                 "body_timeout_s": _SECONDS,
+            }
+        ),
+        "admin": _object(
+            {
+                "listen": {
+                    **_object(
+                        {
+                            "host": {"type": "string", "minLength": 1},
+                            "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                        }
+                    ),
+                    "required": ["port"],
+                },
+            }
+        ),
+        "log": _object({"format": {"enum": list(LOG_FORMATS)}}),
+        "tracing": _object(
+            {
+                "enabled": {"type": "boolean"},
+                "endpoint": {"type": "string", "minLength": 1},
+                "service_name": {"type": "string", "minLength": 1},
             }
         ),
     }
@@ -149,6 +227,11 @@ MEANINGS: dict[str, str] = {
     "upstream.client_key": "the key of upstream.client_cert (both or neither)",
     "upstream.trust_env": "take a forward proxy from HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / "
     "NO_PROXY",
+    "upstreams": "name -> {url, vendor, api_key_env, ...the keys of upstream}: several "
+    "providers (instead of upstream:); items typed <vendor>:... are native to one",
+    "routes": "[{path_prefix | model (glob) | header: {name, value}, upstream, "
+    "strip_model_prefix, materialize, gate}]: the upstream per request, first match wins; "
+    "one without a matcher is the default",
     "gate.action": "what a finding does by default: " + " | ".join(ACTIONS),
     "gate.actions": "per-reason override of gate.action, e.g. {namespaced: strip}",
     "gate.allow_missing_status": "a function_call without status counts as completed",
@@ -171,8 +254,16 @@ MEANINGS: dict[str, str] = {
     "ledger.max_chain": "how many responses back a follow-up may pair its outputs",
     "ledger.timeout_s": "a slower ledger read or write is a fault",
     "ledger.fail_open": "unknown previous response or ledger fault: false = orphan",
+    "ledger.whole_items": "keep responses' items whole (needed by routes' materialize: true)",
     "limits.max_body_bytes": "the largest gated body, after content decoding (else 413)",
     "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
+    "admin.listen.host": "set: the admin endpoints (/-/...) are served here only, without a key",
+    "admin.listen.port": "the port of admin.listen (0 = any free port, logged at start)",
+    "log.format": "the log on stderr: text (for people) | json (one object a line, for shippers)",
+    "tracing.enabled": "a span per request over OTLP (pip install 'replay-proxy[otel]')",
+    "tracing.endpoint": "the collector's OTLP/HTTP traces URL (default: OTEL_EXPORTER_OTLP_* "
+    "environment, else http://localhost:4318/v1/traces)",
+    "tracing.service_name": "the service.name the spans carry",
 }
 
 # Where a key's default lives when it is not at the same path of Config().
@@ -220,6 +311,13 @@ def parse_config(data: Any) -> Config:
     errors = sorted(_CONFIG_VALIDATOR.iter_errors(data), key=lambda e: list(map(str, e.path)))
     if errors:
         raise ConfigError(_explain(errors[0]))
+    if "upstream" in data and "upstreams" in data:
+        raise ConfigError(
+            "upstreams: give either upstream: (one provider) or upstreams: with routes:, not both"
+        )
+    if ("upstreams" in data) != ("routes" in data):
+        given, missing = ("upstreams", "routes") if "upstreams" in data else ("routes", "upstreams")
+        raise ConfigError(f"{missing}: {given}: needs {missing}: too")
     sections: dict[str, Any] = {}
     for name, cls in (
         ("listen", Listen),
@@ -227,6 +325,9 @@ def parse_config(data: Any) -> Config:
         ("audit", Audit),
         ("ledger", Ledger),
         ("limits", Limits),
+        ("admin", Admin),
+        ("log", Log),
+        ("tracing", Tracing),
     ):
         try:
             sections[name] = cls(**data.get(name, {}))
@@ -238,12 +339,78 @@ def parse_config(data: Any) -> Config:
         raise ConfigError("clients: two clients have the same name")
     if len({c.key_sha256 for c in clients}) != len(clients):
         raise ConfigError("clients: two clients have the same key")
+    gate, tools = data.get("gate", {}), data.get("tools", {})
     try:
-        policy = Policy(**data.get("gate", {}), tools=data.get("tools", {}))
+        policy = Policy(**gate, tools=tools)
     except ValueError as exc:
         key = str(exc)
         raise ConfigError(key if key.startswith("tools.") else f"gate.{key}") from None
-    return Config(gate=policy, clients=clients, **sections)
+    upstreams = _upstreams(data.get("upstreams", {}))
+    routes = tuple(
+        _route(index, route, upstreams, gate, tools, policy, sections["ledger"])
+        for index, route in enumerate(data.get("routes", ()))
+    )
+    return Config(gate=policy, clients=clients, upstreams=upstreams, routes=routes, **sections)
+
+
+def _upstreams(data: Mapping[str, Any]) -> dict[str, Upstream]:
+    found = {}
+    for name, settings in data.items():
+        try:
+            found[name] = Upstream(**settings)
+        except ValueError as exc:
+            raise ConfigError(f"upstreams.{name}.{exc}") from None
+    return found
+
+
+def _route(
+    index: int,
+    data: Mapping[str, Any],
+    upstreams: Mapping[str, Upstream],
+    gate: Mapping[str, Any],
+    tools: Mapping[str, Any],
+    policy: Policy,
+    ledger: Ledger,
+) -> Route:
+    """One entry of `routes:`, its policy the top-level gate with its own `gate:` over it."""
+    key = f"routes[{index}]"
+    name = data["upstream"]
+    if name not in upstreams:
+        raise ConfigError(
+            f"{key}.upstream: {name!r} is not one of upstreams:"
+            f" {', '.join(upstreams)}{_did_you_mean(name, list(upstreams))}"
+        )
+    if data.get("materialize") and not ledger.whole_items:
+        raise ConfigError(
+            f"{key}.materialize: inlining a recorded conversation needs the whole items: "
+            "set ledger.whole_items: true"
+        )
+    override = dict(data.get("gate", {}))
+    vendor = upstreams[name].vendor
+    if override or vendor is not None:
+        own_tools = override.pop("tools", {})
+        actions = {**gate.get("actions", {}), **override.pop("actions", {})}
+        try:
+            policy = Policy(
+                **{**gate, **override, "actions": actions},
+                tools={**tools, **own_tools},
+                vendor=vendor,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"{key}.gate.{exc}") from None
+    header = data.get("header")
+    try:
+        return Route(
+            name,
+            path_prefix=data.get("path_prefix"),
+            model=data.get("model"),
+            strip_model_prefix=data.get("strip_model_prefix", False),
+            header=None if header is None else (header["name"], header["value"]),
+            materialize=data.get("materialize", False),
+            gate=policy,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{key}.{exc}") from None
 
 
 def _at(exc: yaml.MarkedYAMLError) -> str:
@@ -274,8 +441,9 @@ def _iter_section(schema: Mapping[str, Any], path: tuple[str, ...], indent: str)
     for name, inner in schema["properties"].items():
         here = (*path, name)
         if "properties" in inner:
-            # A section that is off by default (listen.tls) is commented out with its keys.
-            off = "# " if _default_of(here) is None else ""
+            # A section that is off by default (listen.tls), or holds only such sections
+            # (admin), is commented out with its keys.
+            off = "# " if not _any_default(inner, here) else ""
             yield f"{indent}{off}{name}:"
             yield from _iter_section(inner, here, indent + "  ")
             continue
@@ -288,10 +456,21 @@ def _iter_section(schema: Mapping[str, Any], path: tuple[str, ...], indent: str)
         yield f"{line:<44} # {meaning}"
 
 
+def _any_default(schema: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether the section at `path` is set by default: it, and some key in it."""
+    if _default_of(path) is None:
+        return False
+    if "properties" not in schema:
+        return True
+    return any(_any_default(inner, (*path, name)) for name, inner in schema["properties"].items())
+
+
 def _default_of(path: tuple[str, ...]) -> Any:
     value: Any = Config()  # the dataclasses hold the defaults
     for part in _DEFAULT_AT.get(".".join(path), path):
         value = getattr(value, part, None)
+    if path[0] in ("upstreams", "routes") and not value:
+        return None  # the single upstream: form is the default
     if isinstance(value, Mapping):
         return dict(value)
     if isinstance(value, tuple):
@@ -300,7 +479,8 @@ def _default_of(path: tuple[str, ...]) -> Any:
 
 
 def _explain(error: jsonschema.ValidationError) -> str:
-    where = ".".join(str(p) for p in error.absolute_path)
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    where = where.removeprefix(".")
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
         # key=str: YAML keys need not be strings, and 1 < "a" would raise.
@@ -308,6 +488,11 @@ def _explain(error: jsonschema.ValidationError) -> str:
         key = f"{where}.{unknown[0]}" if where else unknown[0]
         return f"{key}: unknown key{_did_you_mean(unknown[0], list(known))}"
     # A propertyNames failure reports the inner keyword (`enum`) with the property as instance.
+    if "propertyNames" in error.relative_schema_path and error.validator == "pattern":
+        return (
+            f"{where}.{error.instance}: not a name for an upstream (letters, digits, `_`, `-`, "
+            "`.`, at most 64)"
+        )
     if "propertyNames" in error.relative_schema_path:
         reasons = list(ALL_REASONS)
         return f"{where}.{error.instance}: unknown reason{_did_you_mean(error.instance, reasons)}"

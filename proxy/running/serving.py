@@ -16,9 +16,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.config import Config
-from proxy.server.app import make_app
-from proxy.server.keys import IN_FORCE
-from proxy.settings import ConfigError
+from proxy.server.app import make_admin_app, make_app
+from proxy.server.keys import IN_FORCE, READINESS
+from proxy.settings import AdminListen, ConfigError
+from proxy.state.workers import WorkerSlot
 
 log = logging.getLogger("replay_proxy")
 
@@ -28,22 +29,25 @@ async def serve(
     *,
     reuse_port: bool = False,
     reload: Callable[[], Config] | None = None,
+    worker: WorkerSlot | None = None,
     metrics_dir: str | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting and let requests in flight finish.
 
-    SIGHUP calls `reload` for a new config and puts it in force for new requests.
+    SIGHUP calls `reload` for a new config and puts it in force for new requests. `worker` is
+    the slot this process fills under a supervisor, told once this process listens;
     `metrics_dir` is the multiprocess directory of a worker's service (see `make_app`).
     """
     grace_s = config.listen.shutdown_grace_s
     return_large_buffers()
-    app = make_app(config, metrics_dir=metrics_dir)
+    app = make_app(config, worker, metrics_dir=metrics_dir)
     in_flight = InFlight()
     app.middlewares.append(in_flight.middleware)
     # The grace is kept by `InFlight.drain`; by the time the runner closes the connections no
     # handler is left, so its own wait (once for handlers, once more after cancelling) is short.
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=_CLOSE_S)
     reloads: set[asyncio.Task[bool]] = set()
+    admin: web.AppRunner | None = None
     try:
         # Inside the try: a start that fails half-way (the audit file) still closes what it
         # opened (the upstream pool) before the error is reported.
@@ -60,12 +64,14 @@ async def serve(
             raise cannot_listen(listen.host, listen.port, exc) from None
         port = _bound_port(runner)
         log.info(
-            "listening on %s://%s:%d, upstream %s",
+            "listening on %s://%s:%d, %s",
             listen.scheme,
             listen.host,
             port,
-            config.upstream.url,
+            _upstreams_said(config),
         )
+        if config.admin.listen is not None:
+            admin = await serve_admin(app, config.admin.listen, reuse_port=reuse_port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -79,7 +85,12 @@ async def serve(
                 task.add_done_callback(reloads.discard)
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
+        if worker is not None:
+            worker.announce()  # once it listens and its signals are handled
         await stop.wait()
+        # Readiness says so from now on: on the admin listener, which stays open through the
+        # drain, and on the connections already open to this one.
+        app[READINESS].draining = True
         log.info(
             "stopping: no new connections, %g s for %d request(s) in flight",
             grace_s,
@@ -92,8 +103,27 @@ async def serve(
             log.warning("%d request(s) still in flight after %g s: cut", cut, grace_s)
     finally:
         await asyncio.gather(*reloads, return_exceptions=True)
+        if admin is not None:
+            await admin.cleanup()
         await runner.cleanup()
     log.info("stopped")
+
+
+async def serve_admin(
+    app: web.Application, listen: AdminListen, *, reuse_port: bool
+) -> web.AppRunner:
+    """Serve the admin endpoints of the started `app` on their own listener."""
+    runner = web.AppRunner(
+        make_admin_app(app), handle_signals=False, access_log=None, shutdown_timeout=_CLOSE_S
+    )
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, listen.host, listen.port, reuse_port=reuse_port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise cannot_listen(listen.host, listen.port, exc, "admin.listen.") from None
+    log.info("admin endpoints on http://%s:%d/-/", listen.host, _bound_port(runner))
+    return runner
 
 
 # After the grace, a cancelled handler has this long to end, and the runner this long (twice)
@@ -132,10 +162,10 @@ class InFlight:
         return len(pending)
 
 
-def cannot_listen(host: str, port: int, exc: OSError) -> ConfigError:
+def cannot_listen(host: str, port: int, exc: OSError, section: str = "listen.") -> ConfigError:
     """A failed bind as the config key at fault: the port (in use, privileged) or the host (no
     such address here, a name that does not resolve)."""
-    key = "listen.port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "listen.host"
+    key = section + ("port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "host")
     # asyncio's own message repeats the address; the system's says only what went wrong.
     known = exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
     reason = os.strerror(exc.errno) if known and exc.errno else exc.strerror or str(exc)
@@ -170,3 +200,11 @@ def _bound_port(runner: web.AppRunner) -> int:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("the server is not bound to a TCP port")
+
+
+def _upstreams_said(config: Config) -> str:
+    """The upstreams, as the start's log line names them."""
+    if not config.upstreams:
+        return f"upstream {config.upstream.url}"
+    named = ", ".join(f"{name}={u.url}" for name, u in config.upstreams.items())
+    return f"upstreams {named}"

@@ -7,22 +7,35 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.admission import body, pipeline, targets
+from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.tap import Recording
-from proxy.config import Config
+from proxy.config import Config, Route
 from proxy.gate.errors import ProxyError, internal_error
+from proxy.server import admin
+from proxy.server.access import ACCESS, observe
 from proxy.server.clients import tenant_of
 from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
-from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
-from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
+from proxy.server.keys import (
+    AUDIT,
+    IN_FORCE,
+    LEDGER,
+    METRICS,
+    READINESS,
+    REQUEST_ID,
+    WORKER,
+    new_request_id,
+)
+from proxy.server.readiness import Readiness
+from proxy.server.tracing import TRACING, Tracing
+from proxy.server.upstream import Upstream, UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog
@@ -30,6 +43,7 @@ from proxy.state.ledger import Ledger, LedgerFault, Store
 from proxy.state.metrics import CONTENT_TYPE, Metrics
 from proxy.state.stores import MemoryStore, open_store
 from proxy.state.worker_process import REFRESH_S
+from proxy.state.workers import WorkerSlot
 
 log = logging.getLogger("replay_proxy")
 
@@ -71,7 +85,7 @@ async def check_target(request: web.Request, handler: Handler) -> web.StreamResp
     try:
         request[TARGET] = targets.read_target(request.raw_path)
     except targets.TargetError as exc:
-        request.app[METRICS].requests.labels("any", "invalid_target").inc()
+        request.app[METRICS].requests.labels("any", "invalid_target", "-").inc()
         raise ProxyError(400, "invalid_request_target", str(exc)) from None
     return await handler(request)
 
@@ -89,10 +103,11 @@ async def answer_failures(request: web.Request, handler: Handler) -> web.StreamR
         if isinstance(exc, ProxyError):
             failure = exc
         else:
-            log.exception(
-                "%s unexpected error: %s %s", request_id, request.method, request.raw_path
-            )
+            # The path without its query, which may carry a value that is not the log's to keep.
+            path = request.raw_path.partition("?")[0]
+            log.exception("%s unexpected error: %s %s", request_id, request.method, path)
             failure = internal_error(request_id)
+        request[ACCESS].failed(failure.code)
         begun: web.StreamResponse | None = request.get(_BEGUN)
         if begun is not None:
             # No answer can follow one that has begun: the connection is cut, so that the
@@ -134,19 +149,26 @@ async def _name_the_request(request: web.Request, response: web.StreamResponse) 
         headers.add("x-upstream-request-id", theirs)
     headers["x-request-id"] = request.get(REQUEST_ID) or new_request_id()
     request[_BEGUN] = response
+    access = request.get(ACCESS)
+    if access is not None:  # the status sent, even if the handler is cut short after
+        access.status = response.status
 
 
-def make_app(config: Config, *, metrics_dir: str | None = None) -> web.Application:
-    """The proxy for `config`; `metrics_dir` is the multiprocess directory its workers share
-    (PROMETHEUS_MULTIPROC_DIR), where a scrape reads the whole service."""
+def make_app(
+    config: Config, worker: WorkerSlot | None = None, *, metrics_dir: str | None = None
+) -> web.Application:
+    """The proxy for `config`; `worker` is the slot this process fills under a supervisor,
+    `metrics_dir` the multiprocess directory its workers share (PROMETHEUS_MULTIPROC_DIR),
+    where a scrape reads the whole service."""
     # Bodies are read raw (the proxy decodes them itself, under the size limit, and forwards
     # the decoded bytes it judged); a client that hangs up cancels its handler, which releases the
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
-        # The id first, so that every answer, a refused target's too, carries it; then the
-        # place failures become answers, around everything that may fail.
-        middlewares=[_identify, answer_failures, check_target],
+        # The id first, so that every answer, a refused target's too, carries it; then its
+        # access line and span; then the place failures become answers, around everything
+        # that may fail.
+        middlewares=[_identify, observe, answer_failures, check_target, admin.guard],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
@@ -163,6 +185,9 @@ def make_app(config: Config, *, metrics_dir: str | None = None) -> web.Applicati
     app[IN_FORCE] = InForceHolder(
         on_reload=lambda applied: books.reloads.labels("applied" if applied else "rejected").inc()
     )
+    app[READINESS] = Readiness(config.ledger, books, worker)
+    if worker is not None:
+        app[WORKER] = worker
     logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
 
     async def in_force_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -175,19 +200,47 @@ def make_app(config: Config, *, metrics_dir: str | None = None) -> web.Applicati
         app.cleanup_ctx.append(_worker_process_ctx)
     app.cleanup_ctx.append(_audit_ctx)
     app.cleanup_ctx.append(_ledger_ctx)
+    app.cleanup_ctx.append(_watch_workers_ctx)
+    app.cleanup_ctx.append(_tracing_ctx)
     app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/-/ready", admin.ready)
     app.router.add_get("/-/metrics", metrics)
     app.router.add_route("*", "/{tail:.*}", proxy)
     return app
 
 
+def make_admin_app(main: web.Application) -> web.Application:
+    """The admin endpoints alone, for their own listener (`admin.listen`): the state of the
+    started `main` app, no key asked, and nothing else served (a 404 in the API's shape)."""
+    app = web.Application(middlewares=[_identify, observe, answer_failures, check_target])
+    app.on_response_prepare.append(_name_the_request)
+    for key, value in main.items():
+        app[key] = value
+    app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/-/ready", admin.ready)
+    app.router.add_get("/-/metrics", metrics)
+    app.router.add_route("*", "/{tail:.*}", admin.not_admin)
+    return app
+
+
+async def _watch_workers_ctx(app: web.Application) -> AsyncIterator[None]:
+    watch = asyncio.create_task(app[READINESS].watch())
+    yield
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+
+
 async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[IN_FORCE].current.config.audit
+    worker = app.get(WORKER)
     try:
         app[AUDIT] = AuditLog(
             settings.path,
             include_arguments=settings.include_arguments,
             max_bytes=settings.max_bytes,
+            # Several workers on stdout: a chain each, named, and written whole.
+            chain=None if worker is None else worker.chain,
+            lock_path=None if worker is None else worker.stdout_lock,
         )
     except OSError as exc:
         raise ConfigError(
@@ -238,6 +291,15 @@ def _recorded(metrics: Metrics, store: Store) -> None:
         metrics.ledger_responses.set(len(store))
 
 
+async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[IN_FORCE].current.config.tracing
+    if settings.enabled and TRACING not in app:  # a test may have given it an exporter
+        app[TRACING] = Tracing(settings)
+    yield
+    if TRACING in app:
+        await app[TRACING].close()
+
+
 async def healthy(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "pid": os.getpid()})
 
@@ -247,7 +309,7 @@ async def metrics(request: web.Request) -> web.Response:
     books = app[METRICS]
     # The gauges of what is held now, read when asked (in multiprocess mode, a gauge is what
     # its worker last set: there is no reading another worker's memory).
-    books.verdict_cache.set(len(app[IN_FORCE].current.caches.verdicts))
+    books.verdict_cache.set(len(app[IN_FORCE].current.caches))
     try:
         books.ledger_responses.set(await app[LEDGER].store.size())
     except LedgerFault as exc:
@@ -262,7 +324,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     if named:
         # Dropped as hop-by-hop, such a header would leave the upstream reading the body
         # differently from the proxy.
-        request.app[METRICS].requests.labels("any", "invalid").inc()
+        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
         raise ProxyError(
             400,
             "invalid_connection_header",
@@ -271,46 +333,88 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     unreadable = not_utf8(request.headers)
     if unreadable is not None:
         # It could not go upstream as it came (see not_utf8): refused rather than changed.
-        request.app[METRICS].requests.labels("any", "invalid").inc()
+        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
         raise ProxyError(400, "invalid_header", f"the value of {unreadable} is not UTF-8 text")
     current = request.app[IN_FORCE].current
-    current.upstream.acquire()
+    current.acquire()
     try:
         return await _proxy(request, current)
     finally:
-        await current.upstream.release()
+        await current.release()
+
+
+def _own(request: web.Request, target: targets.Target) -> ProxyError:
+    request.app[METRICS].requests.labels("any", "not_found", "-").inc()
+    message = f"{request.method} {target.path}: no such admin endpoint; /-/ is never forwarded"
+    return ProxyError(404, "not_found", message)
 
 
 async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
     target = request[TARGET]
     if target.own:
-        request.app[METRICS].requests.labels("any", "not_found").inc()
-        message = f"{request.method} {target.path}: no such admin endpoint; /-/ is never forwarded"
-        raise ProxyError(404, "not_found", message)
+        raise _own(request, target)
+    routes = current.config.routing
+    received = target.path
+    prefix, rest = routing.mount(routes, received)
+    if prefix:
+        # Under a route's prefix, the rest is the request: read, gated and forwarded as such.
+        try:
+            target = targets.read_target(rest + target.query)
+        except targets.TargetError as exc:
+            request.app[METRICS].requests.labels("any", "invalid_target", "-").inc()
+            raise ProxyError(400, "invalid_request_target", str(exc)) from None
+        if target.own:
+            raise _own(request, target)
     try:
         tenant = tenant_of(request.headers, current.config)
     except ProxyError:
-        request.app[METRICS].requests.labels("any", "unauthorized").inc()
+        request.app[METRICS].requests.labels("any", "unauthorized", "-").inc()
         raise
+    matched = route_headers(request.headers, routes)
     gated = target.gated
+    access = request[ACCESS]
+    access.tenant = tenant
+    access.route = "passthrough" if gated is None else targets.GATED[gated]
+    bodied = request.method not in _BODYLESS or request.body_exists
+    if gated is not None and bodied and not is_websocket(request):
+        return await gate(request, current, tenant, gated, target.query, received, matched)
+    try:
+        routed = routing.select(routes, received, matched, None)
+    except ProxyError:
+        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
+        raise
+    upstream = current.upstreams[routed.upstream]
     if gated is not None and is_websocket(request):
-        return await relay_websocket(request, current, tenant, gated, target.query)
+        return await relay_websocket(
+            request, current, upstream, tenant, (gated, target.query, received, matched)
+        )
     if is_websocket(request):
-        return await relay_websocket_ungated(request, current, target.forward)
-    if gated is not None and (request.method not in _BODYLESS or request.body_exists):
-        return await gate(request, current, tenant, gated, target.query)
+        return await relay_websocket_ungated(request, current, upstream, target.forward)
     data = request.content.iter_any() if request.body_exists else None
-    headers = upstream_headers(request.headers, current.config, _KEEP_ALL)
+    headers = upstream_headers(request.headers, current.config, _KEEP_ALL, upstream.settings)
     recording = None
     if request.method == "GET" and targets.reads_response(target.path):
         # A response read again (a background one, done by now) is recorded like a POST's
         # answer: its follow-up pairs with the calls it shows.
         limit = current.config.limits.max_body_bytes
-        recording = Recording(request.app[LEDGER], tenant or "-", limit, request[REQUEST_ID], None)
+        recording = Recording(
+            request.app[LEDGER], tenant or "-", limit, request[REQUEST_ID], None, upstream.name
+        )
         _readable_encodings(headers)
     return await relay(
-        request, current, "passthrough", target.forward, data, headers, recording=recording
+        request, upstream, "passthrough", target.forward, data, headers, recording=recording
     )
+
+
+def route_headers(headers: CIMultiDictProxy[str], routes: Sequence[Route]) -> dict[str, str]:
+    """The headers routes match on, by lower-case name (several values joined, as RFC 9110
+    §5.3 reads them)."""
+    return {
+        name: ", ".join(headers.getall(name))
+        for route in routes
+        if route.header is not None
+        if (name := route.header[0]) in headers
+    }
 
 
 def _readable_encodings(headers: CIMultiDict[str]) -> None:
@@ -323,7 +427,7 @@ def _readable_encodings(headers: CIMultiDict[str]) -> None:
 
 async def relay(
     request: web.Request,
-    current: InForce,
+    upstream: Upstream,
     route: str,
     target: str,
     data: bytes | AsyncIterable[bytes] | None,
@@ -335,15 +439,19 @@ async def relay(
     app = request.app
     books = app[METRICS]
     streams = books.open_streams
+    access = request[ACCESS]
+    access.outcome = outcome
+    if TRACING in app:
+        app[TRACING].inject(headers)
     streams.inc()
     sent = time.perf_counter()
-    name = current.upstream.name
+    name = access.upstream = upstream.name
 
     def answered(status: int) -> None:
         books.upstream_answered(name, route, str(status), time.perf_counter() - sent)
 
     try:
-        response = await current.upstream.relay(
+        response = await upstream.relay(
             request,
             target,
             request_id=request[REQUEST_ID],
@@ -352,20 +460,28 @@ async def relay(
             extra_headers=extra_headers,
             recording=recording,
             on_head=answered,
+            access=access,
         )
     except UpstreamError as exc:
         status = exc.code.removeprefix("upstream_")
         books.upstream_answered(name, route, status, time.perf_counter() - sent)
-        books.requests.labels(route, "upstream_error").inc()
-        raise upstream_failure(request[REQUEST_ID], f"{request.method} {target}", exc) from None
+        books.requests.labels(route, "upstream_error", name).inc()
+        what = f"{request.method} {target.partition('?')[0]}"  # no query in the log
+        raise upstream_failure(request[REQUEST_ID], what, exc) from None
     finally:
         streams.dec()
-    app[METRICS].requests.labels(route, outcome).inc()
+    books.requests.labels(route, outcome, name).inc()
     return response
 
 
 async def gate(
-    request: web.Request, current: InForce, tenant: str | None, path: str, query: str
+    request: web.Request,
+    current: InForce,
+    tenant: str | None,
+    path: str,
+    query: str,
+    received: str | None = None,
+    matched: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """Read a request body and run it through admission: answer it here, or forward it."""
     app = request.app
@@ -378,16 +494,18 @@ async def gate(
         body.check_content_type(content_type)
         raw = await read_raw(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
     except body.BodyError:
-        app[METRICS].requests.labels(route, "invalid").inc()
+        app[METRICS].requests.labels(route, "invalid", "-").inc()
         raise
     except TimeoutError:
-        app[METRICS].requests.labels(route, "invalid").inc()
+        app[METRICS].requests.labels(route, "invalid", "-").inc()
         timeout_s = config.limits.body_timeout_s
         message = f"the body did not arrive within {timeout_s:g} s"
         raise ProxyError(408, "body_timeout", message, close=True) from None
     # The gate's time starts once the body is here: the client's upload is not the gate's.
     arrived = time.perf_counter()
     request_id = request[REQUEST_ID]
+    access = request[ACCESS]
+    access.body_bytes = len(raw)
     decided = await pipeline.admit(
         pipeline.Request(
             raw,
@@ -398,6 +516,8 @@ async def gate(
             content_type,
             ", ".join(headers.getall("Content-Encoding", ())),
             arrived,
+            received,
+            matched or {},
         ),
         config,
         ledger=app[LEDGER],
@@ -405,21 +525,27 @@ async def gate(
         metrics=app[METRICS],
         caches=current.caches,
     )
+    access.gate_s = time.perf_counter() - arrived
+    access.findings.update(finding.action for finding in decided.findings)
     if isinstance(decided, pipeline.Answer):
+        access.failed(decided.body["error"]["code"])
         return answer(decided)
     recording = None
-    upstream = upstream_headers(headers, config, decided.drop_headers)
+    upstream = current.upstreams[decided.upstream]
+    sent = upstream_headers(headers, config, decided.drop_headers, upstream.settings)
     if decided.record:
         limit = config.limits.max_body_bytes
-        recording = Recording(app[LEDGER], tenant or "-", limit, request_id, decided.context)
-        _readable_encodings(upstream)
+        recording = Recording(
+            app[LEDGER], tenant or "-", limit, request_id, decided.context, upstream.name
+        )
+        _readable_encodings(sent)
     return await relay(
         request,
-        current,
+        upstream,
         route,
         path + query,
         decided.data,
-        upstream,
+        sent,
         decided.add_headers or None,
         decided.outcome,
         recording,

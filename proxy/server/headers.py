@@ -8,6 +8,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 if TYPE_CHECKING:
     # Only a type here: the upstream hop that reads these rules must not load the gate.
+    from proxy import settings
     from proxy.config import Config
 
 
@@ -73,13 +74,18 @@ CREDENTIALS = frozenset({"authorization", "api-key"})
 
 
 def upstream_headers(
-    headers: CIMultiDictProxy[str], config: Config, drop: frozenset[str]
+    headers: CIMultiDictProxy[str],
+    config: Config,
+    drop: frozenset[str],
+    upstream: settings.Upstream | None = None,
 ) -> CIMultiDict[str]:
-    """The client's headers as the upstream sees them, with the proxy's key if it holds one."""
-    own_credentials = config.clients or config.upstream.api_key is not None
+    """The client's headers as `upstream` (default: the config's single one) sees them, with
+    the proxy's key for it if it holds one."""
+    key = (config.upstream if upstream is None else upstream).api_key
+    own_credentials = config.clients or key is not None
     out = relayed_headers(headers, drop=(drop | CREDENTIALS) if own_credentials else drop)
-    if config.upstream.api_key is not None:
-        out["Authorization"] = f"Bearer {config.upstream.api_key}"
+    if key is not None:
+        out["Authorization"] = f"Bearer {key}"
     return out
 
 

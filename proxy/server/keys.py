@@ -7,9 +7,11 @@ import uuid
 from aiohttp import web
 
 from proxy.server.in_force import InForceHolder
+from proxy.server.readiness import Readiness
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger
 from proxy.state.metrics import Metrics
+from proxy.state.workers import WorkerSlot
 
 IN_FORCE = web.AppKey("in_force", InForceHolder)
 
@@ -26,3 +28,9 @@ REQUEST_ID = web.RequestKey("request_id", str)
 
 def new_request_id() -> str:
     return "req_" + uuid.uuid4().hex
+
+
+READINESS = web.AppKey("readiness", Readiness)
+
+# The supervisor's slot this process fills, under `serve --workers N` only.
+WORKER = web.AppKey("worker", WorkerSlot)

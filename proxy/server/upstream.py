@@ -1,13 +1,14 @@
-"""Forwarding to the upstream: one aiohttp client session, hop-by-hop headers dropped, answers
-streamed chunk by chunk."""
+"""Forwarding to an upstream: one aiohttp client session per upstream, hop-by-hop headers
+dropped, answers streamed chunk by chunk."""
 
 from __future__ import annotations
 
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import aiohttp
 from aiohttp import web
@@ -19,6 +20,9 @@ from proxy import settings
 from proxy.admission.tap import Recording
 from proxy.gate.errors import ProxyError
 from proxy.server.headers import REQUEST_OWN, relayed_headers
+
+if TYPE_CHECKING:
+    from proxy.server.access import Access
 
 log = logging.getLogger("replay_proxy")
 
@@ -74,9 +78,9 @@ class Upstream:
     """The upstream server: one aiohttp client session (one pool of keep-alive connections)
     that every request and WebSocket upgrade to it shares."""
 
-    def __init__(self, settings: settings.Upstream) -> None:
+    def __init__(self, settings: settings.Upstream, name: str = "default") -> None:
         self.settings = settings
-        self.name = "default"  # the one upstream a config names today (metrics label it so)
+        self.name = name
         self.base = URL(settings.url.rstrip("/"))
         self._session: aiohttp.ClientSession | None = None
         self._users = 0
@@ -175,10 +179,12 @@ class Upstream:
         extra_headers: Mapping[str, str] | None = None,
         recording: Recording | None = None,
         on_head: Callable[[int], None] | None = None,
+        access: Access | None = None,
     ) -> web.StreamResponse:
         """Send the request upstream and stream the answer back chunk by chunk; `recording`
         says where a 200 answer's response is recorded, `on_head` is told the status of an
-        answer whose head arrived whole.
+        answer whose head arrived whole, `access` how long the upstream took to answer and
+        how many body bytes went back.
 
         Raises UpstreamError when no answer arrives; once the answer has started, an upstream
         failure cuts the client's connection so that it cannot mistake a partial answer for
@@ -193,7 +199,10 @@ class Upstream:
         elif data is not None and not isinstance(data, bytes) and request.content_length:
             # A streamed body of known length goes with it, not chunked (as it came).
             headers["Content-Length"] = str(request.content_length)
-        what = f"{request.method} {target}"
+        # For the log: the path without its query, which may carry a value that is not the
+        # log's to keep (a key, an argument).
+        what = f"{request.method} {target.partition('?')[0]}"
+        sent = time.perf_counter()
         try:
             answer = await self.session.request(
                 request.method,
@@ -206,10 +215,13 @@ class Upstream:
             raise UpstreamError(504, "upstream_timeout", "no answer in time") from None
         except aiohttp.ClientHttpProxyError as exc:
             raise UpstreamError(
-                502, "upstream_unreachable", f"the forward proxy refused: {exc}"
+                502,
+                "upstream_unreachable",
+                f"the forward proxy refused: {exc.status} {exc.message}",
             ) from None
         except aiohttp.ClientResponseError as exc:
-            raise UpstreamError(502, "upstream_bad_response", f"garbage: {exc}") from None
+            # Not str(exc): it names the URL, query included.
+            raise UpstreamError(502, "upstream_bad_response", f"garbage: {exc.message}") from None
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamError(
                 502, "upstream_unreachable", f"cannot connect to {self.base}: {exc}"
@@ -218,6 +230,8 @@ class Upstream:
             raise UpstreamError(
                 502, "upstream_unreachable", f"the connection failed: {exc!r}"
             ) from None
+        if access is not None:
+            access.upstream_s = time.perf_counter() - sent  # until the answer's head
         try:
             bad = not_utf8(answer.headers)
             if bad is not None:
@@ -226,7 +240,9 @@ class Upstream:
                 )
             if on_head is not None:
                 on_head(answer.status)
-            return await _stream(request, answer, what, request_id, extra_headers, recording)
+            return await _stream(
+                request, answer, what, request_id, extra_headers, recording, access
+            )
         finally:
             answer.release()
 
@@ -244,6 +260,7 @@ async def _stream(
     request_id: str,
     extra_headers: Mapping[str, str] | None,
     recording: Recording | None,
+    access: Access | None = None,
 ) -> web.StreamResponse:
     """Relay an upstream answer whose head has arrived, chunk by chunk, to the client."""
     response = web.StreamResponse(status=answer.status, reason=answer.reason)
@@ -278,6 +295,8 @@ async def _stream(
             if tap is not None:
                 await tap.feed(chunk)
             await response.write(chunk)
+            if access is not None:
+                access.bytes += len(chunk)
         cut = _cut(protocol)
         if cut is not None:
             raise cut
@@ -287,10 +306,14 @@ async def _stream(
         # The client hung up (aiohttp's ClientConnectionResetError is one): the upstream
         # connection is closed, not reused.
         log.info("%s client went away mid-answer: %s", request_id, what)
+        if access is not None:
+            access.outcome = "client_gone"
         answer.close()
         return response
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         log.warning("%s upstream failed mid-answer: %s: %r", request_id, what, exc)
+        if access is not None:
+            access.outcome = "upstream_cut"
         answer.close()
         if request.transport is not None:
             request.transport.close()

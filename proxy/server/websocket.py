@@ -17,10 +17,12 @@ from proxy.admission import body, pipeline
 from proxy.admission.continuations import Continuations
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
+from proxy.server.access import ACCESS, Access
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
 from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
-from proxy.server.upstream import UpstreamError, upstream_failure
+from proxy.server.tracing import TRACING
+from proxy.server.upstream import Upstream, UpstreamError, upstream_failure
 
 log = logging.getLogger("replay_proxy")
 
@@ -99,13 +101,14 @@ async def close_as(sink: _Socket, ending: Ending) -> None:
 
 
 async def relay_websocket_ungated(
-    request: web.Request, current: InForce, target: str
+    request: web.Request, current: InForce, to: Upstream, target: str
 ) -> web.StreamResponse:
     """A WebSocket on a path that is not gated: open the same one upstream under `target` (the
     normalised path), then pass frames both ways as they are, and the close code and reason of
     whichever side ends first to the other."""
-    client, upstream = await _connect(request, current, target, route="passthrough")
-    request.app[METRICS].requests.labels("passthrough", "forward").inc()
+    client, upstream = await _connect(request, current, to, target, route="passthrough")
+    request.app[METRICS].requests.labels("passthrough", "forward", to.name).inc()
+    request[ACCESS].outcome = "forward"
     return await _relay(
         request,
         client,
@@ -118,7 +121,12 @@ async def relay_websocket_ungated(
 
 
 async def _connect(
-    request: web.Request, current: InForce, target: str, *, route: str | None = None
+    request: web.Request,
+    current: InForce,
+    to: Upstream,
+    target: str,
+    *,
+    route: str | None = None,
 ) -> tuple[web.WebSocketResponse, aiohttp.ClientWebSocketResponse]:
     """The same WebSocket opened upstream under `target`, and the client's side to answer the
     upgrade with; a handshake that cannot be answered is refused before the upstream is asked.
@@ -128,29 +136,28 @@ async def _connect(
     if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
         raise ProxyError(400, "invalid_websocket_handshake", _HANDSHAKE)
     books = request.app[METRICS]
+    headers = upstream_headers(request.headers, current.config, WEBSOCKET_OWN, to.settings)
+    if TRACING in request.app:
+        request.app[TRACING].inject(headers)
     sent = time.perf_counter()
     try:
-        upstream = await current.upstream.connect_websocket(
-            target,
-            upstream_headers(request.headers, current.config, WEBSOCKET_OWN),
-            protocols,
-            limit,
-        )
+        upstream = await to.connect_websocket(target, headers, protocols, limit)
     except UpstreamError as exc:
         # A refused upgrade is an answer, with its status; none had is named by its failure.
         failed = str(exc.status) if exc.code == "upstream_refused" else exc.code
         books.upstream_answered(
-            current.upstream.name,
+            to.name,
             route or "websocket",
             failed.removeprefix("upstream_"),
             time.perf_counter() - sent,
         )
         if route is not None:
-            books.requests.labels(route, "upstream_error").inc()
+            books.requests.labels(route, "upstream_error", to.name).inc()
         what = f"WebSocket {target.partition('?')[0]}"
         raise upstream_failure(request[REQUEST_ID], what, exc) from None
     elapsed = time.perf_counter() - sent
-    books.upstream_answered(current.upstream.name, route or "websocket", "101", elapsed)
+    books.upstream_answered(to.name, route or "websocket", "101", elapsed)
+    request[ACCESS].upstream_s = elapsed  # until the upgrade's answer
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
     )
@@ -233,20 +240,42 @@ async def _pass_frames(source: _Socket, sink: _Socket, ending: Ending) -> None:
 
 
 async def relay_websocket(
-    request: web.Request, current: InForce, tenant: str | None, path: str, query: str
+    request: web.Request,
+    current: InForce,
+    to: Upstream,
+    tenant: str | None,
+    routed: tuple[str, str, str, Mapping[str, str]],
 ) -> web.StreamResponse:
     """Open the same WebSocket upstream, then relay frames both ways until either side ends.
+
+    `routed` is the canonical gated path, the query, the path as received and the headers the
+    routes match on: the upgrade chose the upstream by them, and each frame is routed by them
+    and its own body (a frame whose model routes elsewhere is refused).
 
     The upgrade answer's `x-request-id` names the connection; each frame the gate judges gets
     an id of its own (its audit record's, and its error frame's `error.request_id`), logged
     with the connection's when the frame is answered here.
     """
     app = request.app
+    path, query, received, matched = routed
     connection_id = request[REQUEST_ID]
-    client, upstream = await _connect(request, current, path + query)
+    access = request[ACCESS]
+    access.route = "websocket"
+    client, upstream = await _connect(request, current, to, path + query)
+    access.outcome, access.frames = "forward", 0
     limit = current.config.limits.max_body_bytes
-    tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
-    frames = _ClientFrames(app, path, tenant, connection_id, tap=tap)
+    tap = ResponseTap(
+        app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id, upstream=to.name
+    )
+    frames = _ClientFrames(
+        app,
+        path,
+        tenant,
+        connection_id,
+        tap=tap,
+        access=access,
+        route=(received, matched, to.name),
+    )
     return await _relay(
         request,
         client,
@@ -269,6 +298,9 @@ class _ClientFrames:
     connection_id: str
     continuations: Continuations = field(default_factory=Continuations)
     tap: ResponseTap | None = None  # records each forwarded turn's response with its input
+    access: Access | None = None  # the connection's: its frames and their findings counted
+    # The path as received, the headers routes match on, and the upstream the connection goes to.
+    route: tuple[str | None, Mapping[str, str], str | None] = (None, {}, None)
 
     async def relay(
         self,
@@ -302,19 +334,31 @@ class _ClientFrames:
         """
         app, connection_id = self.app, self.connection_id
         request_id = new_request_id()
+        if self.access is not None:
+            self.access.frames = (self.access.frames or 0) + 1
         raw = text.encode("utf-8", "surrogatepass")
         evicted = self.continuations.refusal(raw)
         if evicted is not None:
-            app[METRICS].requests.labels("websocket", "invalid").inc()
+            app[METRICS].requests.labels("websocket", "invalid", self.route[2] or "-").inc()
             log.info(
                 "%s answered a frame of WebSocket %s: %s", request_id, connection_id, evicted.code
             )
             return _error_event(pipeline.answer_to(evicted)), None
         # Each frame is gated under the config in force when it arrives (reloads apply).
         in_force = app[IN_FORCE].current
+        received, matched, upstream = self.route
         try:
             decided = await pipeline.admit(
-                pipeline.Request(raw, self.path, "websocket", request_id, self.tenant),
+                pipeline.Request(
+                    raw,
+                    self.path,
+                    "websocket",
+                    request_id,
+                    self.tenant,
+                    received_path=received,
+                    headers=matched,
+                    upstream=upstream,
+                ),
                 in_force.config,
                 ledger=app[LEDGER],
                 audit_log=app[AUDIT],
@@ -327,12 +371,14 @@ class _ClientFrames:
             )
             self.continuations.failed(raw)
             return _error_event(pipeline.answer_to(internal_error(request_id))), None
+        if self.access is not None:
+            self.access.findings.update(finding.action for finding in decided.findings)
         if isinstance(decided, pipeline.Answer):
             code = decided.body["error"]["code"]
             log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
             self.continuations.failed(raw)
             return _error_event(decided), None
-        app[METRICS].requests.labels("websocket", decided.outcome).inc()
+        app[METRICS].requests.labels("websocket", decided.outcome, decided.upstream).inc()
         if self.tap is not None and decided.record:
             self.tap.expect(decided.context)  # the turn's response is recorded with its input
         # Unchanged text goes on as it came; a stripped frame as the bytes admission made.

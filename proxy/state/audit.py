@@ -7,9 +7,9 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +46,7 @@ class Request:
     body: Any
     raw: bytes
     tenant: str | None
+    upstream: str | None = None  # the name of the upstream its route sends it to
 
 
 def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> dict[str, Any]:
@@ -59,6 +60,7 @@ def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> di
         "request_id": request.request_id,
         "action": _OUTCOME_ACTION[verdict.outcome],
         "transport": request.transport,
+        "upstream": request.upstream,
         "path": request.path,
         "model": model if isinstance(model, str) else None,
         "previous_response_id": previous if isinstance(previous, str) else None,
@@ -75,7 +77,8 @@ class AuditLog:
     flock, so that processes sharing the file extend one chain and a restart continues it. With
     `max_bytes`, a file that the next record would take past it becomes `<path>.1` (older ones
     shift up to `<path>.<keep>`) and a new file continues the chain. `-` is stdout, with a chain
-    per process.
+    per process: named by `chain` in every record when several processes share stdout, each
+    record written whole under an flock on `lock_path` (a pipe interleaves writes over 4 KiB).
     """
 
     def __init__(
@@ -85,6 +88,8 @@ class AuditLog:
         include_arguments: bool = False,
         max_bytes: int | None = None,
         keep: int = KEEP,
+        chain: str | None = None,
+        lock_path: str | None = None,
     ) -> None:
         if max_bytes is not None and max_bytes < 1:
             raise ValueError(f"max_bytes: {max_bytes} is not positive")
@@ -94,13 +99,18 @@ class AuditLog:
         self.include_arguments = include_arguments
         self.max_bytes = max_bytes
         self.keep = keep
+        self.chain = chain
         self._last = GENESIS
         # The file as this process left it (device, inode, size) and whether its last line is
         # whole: while the file is unchanged, its tail need not be read again.
         self._known: tuple[int, int, int] | None = None
         self._whole = True
+        # On stdout only; a file is one chain under its own flock, whoever writes it.
+        self._lock: int | None = None
         if path == "-":
             self._fd = sys.stdout.fileno()
+            # Opened by each process itself: flock excludes only other open files.
+            self._lock = None if lock_path is None else _open(lock_path)
             return
         self._fd = _open(path)
         with self._locked() as st:
@@ -109,10 +119,19 @@ class AuditLog:
     def write(self, request: Request, verdict: Verdict) -> dict[str, Any]:
         entry = record(request, verdict, include_arguments=self.include_arguments)
         if self.path == "-":
+            if self.chain is not None:
+                entry["chain"] = self.chain
             entry["prev"] = self._last
             line = _encode(entry)
             sys.stdout.flush()
-            _write_all(self._fd, line + b"\n")
+            if self._lock is None:
+                _write_all(self._fd, line + b"\n")
+            else:
+                fcntl.flock(self._lock, fcntl.LOCK_EX)
+                try:
+                    _write_all(self._fd, line + b"\n")
+                finally:
+                    fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._last = line_hash(line)
             return entry
         with self._locked() as st:
@@ -137,6 +156,8 @@ class AuditLog:
     def close(self) -> None:
         if self.path != "-":
             os.close(self._fd)
+        elif self._lock is not None:
+            os.close(self._lock)
 
     @contextmanager
     def _locked(self) -> Iterator[os.stat_result]:
@@ -248,80 +269,119 @@ class Break:
 
 @dataclass(frozen=True)
 class Verification:
-    """One file's chain: the records that hold, the hash a next record must carry, any break."""
+    """One file's chains: the records that hold, the hash a next record must carry, any break.
+
+    `last` is the unnamed chain's (records without `chain`, one process or a shared file);
+    `chains` the named chains' (several processes on stdout), by name."""
 
     records: int
     last: str
     broken: Break | None = None
+    chains: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Link:
+    """Where one chain stands: the hash its next record must carry, and the lines of its last
+    two records (0: the chain's start)."""
+
+    expected: str
+    start_name: str
+    last_line: int = 0
+    before: str | None = None  # the hash of the record before the last, once there is one
+    before_line: int = 0
+
+
+FRESH = "a fresh chain's start (64 zeros)"
 
 
 def verify(
     lines: Iterable[bytes],
     start: str = GENESIS,
     *,
-    start_name: str = "a fresh chain's start (64 zeros)",
+    start_name: str = FRESH,
+    chains: Mapping[str, tuple[str, str]] | None = None,
 ) -> Verification:
-    """Walk the chain over a file's lines (each with its newline; the last may lack one).
+    """Walk the chains over a file's lines (each with its newline; the last may lack one).
 
-    Stops at the first break. `start` is the hash the first record continues from; `start_name`
-    says where it came from. An edit of the last record leaves no trace in the chain: compare the
-    last hash with one kept elsewhere.
+    Records without `chain` make one chain, which continues from `start` (`start_name` says
+    where it came from); each `chain` name is a chain of its own, interleaved with the others,
+    which continues from its entry in `chains` (hash, where it came from) or starts fresh.
+    Stops at the first break. An edit of a chain's last record leaves no trace in it: compare
+    the last hashes with ones kept elsewhere.
     """
     remaining = iter(lines)
-    before: str | None = None  # the hash of the line two back, once there is one
-    expected = start
+    links = {"": _Link(start, start_name)}
+    links.update((name, _Link(*at)) for name, at in (chains or {}).items())
     records = 0
+
+    def result(broken: Break | None = None) -> Verification:
+        named = {name: link.expected for name, link in links.items() if name}
+        return Verification(records, links[""].expected, broken, named)
+
     for number, raw in enumerate(remaining, 1):
         line = raw.removesuffix(b"\n")
         cut = "" if raw.endswith(b"\n") else " (no newline at the end: the record was cut short)"
         try:
             entry = json.loads(line)
         except (ValueError, RecursionError):
-            return Verification(records, expected, Break(number, "not JSON" + cut))
+            return result(Break(number, "not JSON" + cut))
         if not isinstance(entry, dict):
-            return Verification(records, expected, Break(number, "not a JSON object" + cut))
+            return result(Break(number, "not a JSON object" + cut))
+        name = entry.get("chain", "")
+        if not isinstance(name, str) or (not name and "chain" in entry):
+            return result(Break(number, "chain is not a name (a non-empty string)"))
         prev = entry.get("prev")
         if not isinstance(prev, str):
-            return Verification(records, expected, Break(number, "no prev: not a chained record"))
-        if prev != expected:
-            after = next(remaining, None)
-            broken = _diagnose(number, prev, expected, before, after, start_name)
-            return Verification(records, expected, broken)
+            return result(Break(number, "no prev: not a chained record"))
+        link = links.setdefault(name, _Link(GENESIS, FRESH))
+        if prev != link.expected:
+            after = _next_of(remaining, name, number)
+            broken = _diagnose(number, prev, link, after)
+            return result(
+                Break(broken.line, f"chain {name}: {broken.reason}" if name else broken.reason)
+            )
         if cut:
-            return Verification(records, expected, Break(number, "truncated" + cut))
+            return result(Break(number, "truncated" + cut))
         records += 1
-        before, expected = expected, line_hash(line)
-    return Verification(records, expected)
+        link.before, link.before_line = link.expected, link.last_line
+        link.expected, link.last_line = line_hash(line), number
+    return result()
 
 
-def _diagnose(
-    number: int, prev: str, expected: str, before: str | None, after: bytes | None, start_name: str
-) -> Break:
-    """Line `number`'s prev is not `expected`: which record was inserted, edited or deleted."""
+def _diagnose(number: int, prev: str, link: _Link, after: tuple[int, object] | None) -> Break:
+    """Line `number`'s prev is not what its chain expects: which record of that chain was
+    inserted, edited or deleted."""
 
     def name(n: int) -> str:
-        return f"line {n}" if n else start_name
+        return f"line {n}" if n else link.start_name
 
-    if before is not None and prev == before:
-        return Break(number - 1, f"inserted: line {number} continues from {name(number - 2)}")
-    if after is not None and _prev_of(after) == expected:
-        return Break(number, f"inserted: line {number + 1} continues from {name(number - 1)}")
-    if number == 1:
+    if link.before is not None and prev == link.before:
         return Break(
-            1,
-            f"prev is not {start_name}: records before it were deleted or edited, "
+            link.last_line, f"inserted: line {number} continues from {name(link.before_line)}"
+        )
+    if after is not None and after[1] == link.expected:
+        return Break(number, f"inserted: line {after[0]} continues from {name(link.last_line)}")
+    if not link.last_line:
+        return Break(
+            number,
+            f"prev is not {link.start_name}: records before it were deleted or edited, "
             "or the file continues another one",
         )
     return Break(
         number,
-        f"prev is not the hash of line {number - 1}: line {number - 1} was edited, "
+        f"prev is not the hash of line {link.last_line}: line {link.last_line} was edited, "
         "or records after it were deleted",
     )
 
 
-def _prev_of(raw: bytes) -> object:
-    try:
-        entry = json.loads(raw.removesuffix(b"\n"))
-    except (ValueError, RecursionError):
-        return None
-    return entry.get("prev") if isinstance(entry, dict) else None
+def _next_of(remaining: Iterator[bytes], chain: str, number: int) -> tuple[int, object] | None:
+    """The next record of `chain` after line `number`: its line and its prev."""
+    for after, raw in enumerate(remaining, number + 1):
+        try:
+            entry = json.loads(raw.removesuffix(b"\n"))
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(entry, dict) and entry.get("chain", "") == chain:
+            return after, entry.get("prev")
+    return None

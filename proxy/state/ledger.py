@@ -72,6 +72,8 @@ class Context:
     tools: tuple[tuple[str, Any], ...] = ()
     compacts: bool = False
     tools_key: str | None = None  # `tools_key(tools)`, hashed once
+    # With `ledger.whole_items`: the request's input items as they went upstream, whole.
+    whole: tuple[Any, ...] | None = None
 
     @classmethod
     def of(
@@ -95,9 +97,15 @@ class Recording:
     items: tuple[dict[str, Any], ...]
     inputs: int = 0
     tools: str | None = None
+    upstream: str | None = None  # the upstream that made it (None: recorded before routes)
+    # With `ledger.whole_items`: the request's input items and the response's output items,
+    # whole and in order (what a route that materializes inlines for another upstream).
+    whole: tuple[Any, ...] | None = None
 
     @classmethod
-    def of(cls, response: Mapping[str, Any], context: Context = NO_CONTEXT) -> Recording | None:
+    def of(
+        cls, response: Mapping[str, Any], context: Context = NO_CONTEXT, upstream: str | None = None
+    ) -> Recording | None:
         """The recording of a response object (`id`, `previous_response_id`, `output`), or of
         a `/compact` answer (`object: response.compaction`) made for `context`."""
         response_id = response.get("id")
@@ -120,21 +128,34 @@ class Recording:
                 if isinstance(item, dict) and items.kind(item) == COMPACTION
                 if isinstance(item.get("id"), str)
             ]
-            return cls(response_id, None, tuple(found))
+            return cls(response_id, None, tuple(found), upstream=upstream)
         previous = response.get("previous_response_id")
+        whole = None if context.whole is None else (*context.whole, *output)
         return cls(
             response_id,
             previous if isinstance(previous, str) else None,
             (*context.items, *found),
             len(context.items),
             tools,
+            upstream,
+            whole,
         )
 
     def with_inputs_of(self, earlier: Recording) -> Recording:
         """This recording of a response read again (`GET /v1/responses/{id}`), with the input
         items and tools recorded when the request that created it was relayed."""
+        upstream = self.upstream or earlier.upstream
+        whole = self.whole if self.whole is not None else earlier.whole
         if self.inputs or not earlier.inputs:
-            return self
+            return Recording(
+                self.response_id,
+                self.previous_response_id,
+                self.items,
+                self.inputs,
+                self.tools,
+                upstream,
+                whole,
+            )
         inputs = earlier.items[: earlier.inputs]
         tools = self.tools or earlier.tools
         output = self.items
@@ -150,6 +171,8 @@ class Recording:
             (*inputs, *output),
             len(inputs),
             tools,
+            upstream,
+            whole,
         )
 
     def encode(self) -> str:
@@ -158,6 +181,10 @@ class Recording:
             value["inputs"] = self.inputs
         if self.tools is not None:
             value["tools"] = self.tools
+        if self.upstream is not None:
+            value["upstream"] = self.upstream
+        if self.whole is not None:
+            value["whole"] = self.whole
         return json.dumps(value)
 
     @classmethod
@@ -169,6 +196,8 @@ class Recording:
             tuple(value["items"]),
             value.get("inputs", 0),
             value.get("tools"),
+            value.get("upstream"),
+            None if value.get("whole") is None else tuple(value["whole"]),
         )
 
 
@@ -188,6 +217,8 @@ class LedgerView:
     trust_unpaired: bool = False
     # The tools recorded with the responses read (their hash -> (name, parameters) pairs).
     tools: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    # The upstream that made the named previous response, as recorded (None: unknown).
+    origin: str | None = None
 
     def calls(self, call_id: str) -> Sequence[Item]:
         return self.chain_calls.get(call_id, ())
@@ -346,6 +377,10 @@ class Store(Protocol):
         """How many responses the store holds now (every process's, for a shared store)."""
         ...
 
+    async def ping(self) -> None:
+        """Return once the store answers (a LedgerFault when it does not): for readiness."""
+        ...
+
 
 class Ledger:
     """The store plus the rules: tenants, chain depth, and what a missing history means."""
@@ -409,6 +444,7 @@ class Ledger:
             if isinstance(previous, str):
                 chain = await self.store.chain(tenant, previous, self.max_chain)
                 missing = not chain
+                view.origin = chain[0].upstream if chain else None
                 view.add_chain(chain)
             if reference_ids or call_ids:
                 by_id, calls = await self.store.lookup(tenant, reference_ids, call_ids)
@@ -426,13 +462,32 @@ class Ledger:
         view.trust_unpaired = self.fail_open and missing and isinstance(previous, str)
         return view
 
+    async def history(self, tenant: str, response_id: str) -> list[Any] | None:
+        """The whole conversation up to and with a recorded response, oldest item first: each
+        response's input, then its output, from the first of its chain. None when it cannot be
+        had whole: a response of it unknown, recorded without its whole items, or the chain
+        longer than `max_chain`. Raises LedgerFault."""
+        chain = await self.store.chain(tenant, response_id, self.max_chain)
+        if not chain or chain[-1].previous_response_id is not None:
+            return None
+        found: list[Any] = []
+        for recording in reversed(chain):
+            if recording.whole is None:
+                return None
+            found += recording.whole
+        return found
+
     async def record(
-        self, tenant: str, response: Mapping[str, Any], context: Context | None = None
+        self,
+        tenant: str,
+        response: Mapping[str, Any],
+        context: Context | None = None,
+        upstream: str | None = None,
     ) -> None:
-        """Record a response relayed to `tenant`, with the `context` of the request that
-        created it; None when it is read again (`GET /v1/responses/{id}`): then the context
-        recorded when it was created is kept."""
-        recording = Recording.of(response, context or NO_CONTEXT)
+        """Record a response `upstream` relayed to `tenant`, with the `context` of the request
+        that created it; None when it is read again (`GET /v1/responses/{id}`): then the
+        context recorded when it was created is kept."""
+        recording = Recording.of(response, context or NO_CONTEXT, upstream)
         if recording is None:
             return
         try:

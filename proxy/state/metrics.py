@@ -78,8 +78,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "replay_proxy_requests",
-            "Requests handled, by route and outcome.",
-            ["route", "outcome"],
+            "Requests handled, by route, outcome and upstream (`-`: none was chosen).",
+            ["route", "outcome", "upstream"],
             registry=self.registry,
         )
         self.findings = Counter(
@@ -154,6 +154,12 @@ class Metrics:
             "Audit records that could not be written (their requests were answered 500, and not "
             "forwarded).",
             registry=self.registry,
+        )
+        self.workers_missing = Gauge(
+            "replay_proxy_workers_missing",
+            "Worker slots of serve --workers N without a serving worker (0 with one process).",
+            registry=self.registry,
+            multiprocess_mode="mostrecent",  # every worker reads the same supervisor's view
         )
         self.build_info = Gauge(
             "replay_proxy_build_info",

@@ -131,6 +131,9 @@ class MemoryStore:
     async def close(self) -> None:
         return None
 
+    async def ping(self) -> None:
+        return None
+
 
 # Walks a response chain inside Redis: one round trip whatever its length.
 # Values are "<previous id>\n<json>"; the previous id is empty for the first response.
@@ -253,6 +256,9 @@ class RedisStore:
             for k, v in zip(keys, values, strict=True)
             if v
         }
+
+    async def ping(self) -> None:
+        await self._run(self._redis.ping())
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -41,11 +41,19 @@ async def test_metrics_count_requests_findings_gate_time_and_streams(
     text = await scrape(client, base)
 
     requests_total = "replay_proxy_requests_total"
-    assert metric(text, requests_total, route="responses", outcome="forward") == 1
-    assert metric(text, requests_total, route="responses", outcome="block") == 1
-    assert metric(text, requests_total, route="responses_compact", outcome="block") == 1
-    assert metric(text, requests_total, route="responses", outcome="invalid") == 1
-    assert metric(text, requests_total, route="passthrough", outcome="forward") == 1
+    assert (
+        metric(text, requests_total, route="responses", outcome="forward", upstream="default") == 1
+    )
+    assert metric(text, requests_total, route="responses", outcome="block", upstream="default") == 1
+    assert (
+        metric(text, requests_total, route="responses_compact", outcome="block", upstream="default")
+        == 1
+    )
+    assert metric(text, requests_total, route="responses", outcome="invalid", upstream="-") == 1
+    assert (
+        metric(text, requests_total, route="passthrough", outcome="forward", upstream="default")
+        == 1
+    )
     findings = "replay_proxy_findings_total"
     assert metric(text, findings, reason="arguments_schema", action="block") == 2
     assert "# TYPE replay_proxy_gate_seconds histogram" in text

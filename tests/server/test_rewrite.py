@@ -93,7 +93,10 @@ async def test_rewrite_forwards_the_pair_with_the_failure_record(
     async with client.get(base + "/-/metrics") as resp:
         metrics = await resp.text()
     assert 'replay_proxy_findings_total{action="rewrite",reason="arguments_schema"} 1.0' in metrics
-    assert 'replay_proxy_requests_total{outcome="rewrite",route="responses"} 1.0' in metrics
+    assert (
+        'replay_proxy_requests_total{outcome="rewrite",route="responses",upstream="default"} 1.0'
+        in metrics
+    )
 
 
 @pytest.mark.parametrize(

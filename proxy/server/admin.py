@@ -1,0 +1,52 @@
+"""The admin endpoints under `/-/`: readiness, and who may call them on which listener."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from proxy.gate.errors import ProxyError
+from proxy.server.clients import tenant_of
+from proxy.server.keys import IN_FORCE, LEDGER, READINESS
+
+
+def is_admin(request: web.Request) -> bool:
+    """Whether the router took the request for an admin endpoint."""
+    resource = request.match_info.route.resource
+    return resource is not None and resource.canonical.startswith("/-/")
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """On the data listener: with `admin.listen` set, no admin endpoint is served there; with
+    `clients:` set, an admin endpoint wants a client's key like any other path."""
+    if is_admin(request):
+        config = request.app[IN_FORCE].current.config
+        if config.admin.listen is not None:
+            raise ProxyError(
+                404,
+                "not_found",
+                f"{request.method} {request.path}: admin endpoints are served on their own "
+                "listener (admin.listen), not here",
+            )
+        if config.clients:
+            tenant_of(request.headers, config)  # a 401 without a listed key
+    return await handler(request)
+
+
+async def ready(request: web.Request) -> web.Response:
+    """200 when every check holds, else 503; the body lists every check."""
+    app = request.app
+    checks = await app[READINESS].checks(app[IN_FORCE].current.config, app[LEDGER].store)
+    ok = all(check.ok for check in checks)
+    return web.json_response(
+        {"status": "ready" if ok else "not_ready", "checks": [c.as_dict() for c in checks]},
+        status=200 if ok else 503,
+    )
+
+
+async def not_admin(request: web.Request) -> web.StreamResponse:
+    """The admin listener serves the admin endpoints and nothing else."""
+    raise ProxyError(
+        404, "not_found", f"{request.method} {request.path}: the admin listener serves only /-/"
+    )
