@@ -14,17 +14,26 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
 from proxy.admission import body, pipeline, targets
+from proxy.admission.emitted import EmittedCalls, EmittedChecks
 from proxy.admission.tap import Recording
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server.clients import tenant_of
 from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
-from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
+from proxy.server.keys import (
+    AUDIT,
+    EMITTED,
+    IN_FORCE,
+    LEDGER,
+    METRICS,
+    REQUEST_ID,
+    new_request_id,
+)
 from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 from proxy.settings import ConfigError
-from proxy.state.audit import AuditLog
+from proxy.state.audit import AuditLog, Relayed
 from proxy.state.ledger import Ledger
 from proxy.state.metrics import CONTENT_TYPE, Metrics
 from proxy.state.stores import open_store
@@ -162,6 +171,7 @@ def make_app(config: Config) -> web.Application:
 
     app.cleanup_ctx.append(in_force_ctx)
     app.cleanup_ctx.append(_audit_ctx)
+    app.cleanup_ctx.append(_emitted_ctx)
     app.cleanup_ctx.append(_ledger_ctx)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/metrics", metrics)
@@ -183,6 +193,12 @@ async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
         ) from None
     yield
     app[AUDIT].close()
+
+
+async def _emitted_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[EMITTED] = EmittedChecks(app[AUDIT], app[METRICS])
+    yield
+    await app[EMITTED].close()
 
 
 async def _ledger_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -348,22 +364,31 @@ async def gate(
     if isinstance(decided, pipeline.Answer):
         return answer(decided)
     recording = None
+    emitted = None
     upstream = upstream_headers(headers, config, decided.drop_headers)
     if decided.record:
         limit = config.limits.max_body_bytes
-        recording = Recording(app[LEDGER], tenant or "-", limit, request_id, decided.context)
+        emitted = EmittedCalls(Relayed(request_id, "http", path, tenant, raw))
+        recording = Recording(
+            app[LEDGER], tenant or "-", limit, request_id, decided.context, emitted
+        )
         _readable_encodings(upstream)
-    return await relay(
-        request,
-        current,
-        route,
-        path + query,
-        decided.data,
-        upstream,
-        decided.add_headers or None,
-        decided.outcome,
-        recording,
-    )
+    try:
+        return await relay(
+            request,
+            current,
+            route,
+            path + query,
+            decided.data,
+            upstream,
+            decided.add_headers or None,
+            decided.outcome,
+            recording,
+        )
+    finally:
+        # Door 2, once the answer is relayed (or cut short: the calls the client got count).
+        if emitted is not None:
+            app[EMITTED].start(emitted, config.gate, current.caches)
 
 
 async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:

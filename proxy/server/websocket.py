@@ -14,12 +14,22 @@ from aiohttp import web
 
 from proxy.admission import body, pipeline
 from proxy.admission.continuations import Continuations
+from proxy.admission.emitted import EmittedCalls
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
-from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
+from proxy.server.keys import (
+    AUDIT,
+    EMITTED,
+    IN_FORCE,
+    LEDGER,
+    METRICS,
+    REQUEST_ID,
+    new_request_id,
+)
 from proxy.server.upstream import UpstreamError, upstream_failure
+from proxy.state.audit import Relayed
 
 log = logging.getLogger("replay_proxy")
 
@@ -232,7 +242,11 @@ async def relay_websocket(
     connection_id = request[REQUEST_ID]
     client, upstream = await _connect(request, current, path + query)
     limit = current.config.limits.max_body_bytes
-    tap = ResponseTap(app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id)
+    # Door 2's records of a connection name it: its frames' own ids are not kept per turn.
+    emitted = EmittedCalls(Relayed(connection_id, "websocket", path, tenant))
+    tap = ResponseTap(
+        app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id, emitted=emitted
+    )
     frames = _ClientFrames(app, path, tenant, connection_id, tap=tap)
     return await _relay(
         request,
@@ -240,7 +254,7 @@ async def relay_websocket(
         upstream,
         lambda pair: (
             frames.relay(client, upstream, pair.client_ended),
-            _upstream_frames(upstream, client, tap, pair.upstream_ended),
+            _upstream_frames(app, upstream, client, tap, pair.upstream_ended),
         ),
     )
 
@@ -327,20 +341,34 @@ class _ClientFrames:
 
 
 async def _upstream_frames(
+    app: web.Application,
     upstream: aiohttp.ClientWebSocketResponse,
     client: web.WebSocketResponse,
     tap: ResponseTap,
     ending: Ending,
 ) -> None:
     """Every frame of the upstream to the client, each event recorded as it passes; then the
-    client is closed the way the upstream closed."""
-    async for message in iter_data(upstream, ending):
-        if message.type == aiohttp.WSMsgType.TEXT:
-            await tap.event(message.data)
-            await client.send_str(message.data)
-        else:
-            await client.send_bytes(message.data)
-    await close_as(client, ending)
+    client is closed the way the upstream closed.
+
+    Once a frame that ended a turn has gone to the client, the calls of that turn's response
+    are checked (door 2) under the config in force then."""
+    try:
+        async for message in iter_data(upstream, ending):
+            if message.type == aiohttp.WSMsgType.TEXT:
+                await tap.event(message.data)
+                await client.send_str(message.data)
+                _check_emitted(app, tap)
+            else:
+                await client.send_bytes(message.data)
+        await close_as(client, ending)
+    finally:
+        _check_emitted(app, tap)
+
+
+def _check_emitted(app: web.Application, tap: ResponseTap) -> None:
+    if tap.emitted is not None and tap.emitted.found:
+        in_force = app[IN_FORCE].current
+        app[EMITTED].start(tap.emitted, in_force.config.gate, in_force.caches)
 
 
 def _error_event(answer: pipeline.Answer) -> str:

@@ -69,5 +69,12 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.emitted_calls = Counter(
+            "replay_proxy_emitted_calls",
+            "Function calls upstreams emitted on the gated routes, by tool and verdict.",
+            ["tool", "verdict"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

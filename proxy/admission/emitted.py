@@ -1,0 +1,132 @@
+"""Door 2 at the fronts: the model's own calls in the answers relayed, checked once relayed.
+
+The tap hands over each response it recorded (the objects it parsed for the ledger, never
+parsed again); once the answer has gone to the client, `EmittedChecks.start` judges their
+function_calls in a task of its own, off the relay's path. Every call is counted
+(`replay_proxy_emitted_calls_total{tool,verdict}`); a response with a failing call gets one
+audit record, `event: emitted_call_rejected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.gate.arguments import compile_schemas
+from proxy.gate.caches import GateCaches
+from proxy.gate.emitted import Emitted, emitted_calls, iter_emitted, pending_emitted_schemas
+from proxy.gate.policy import Policy
+from proxy.state.audit import AuditLog, Relayed, emitted_record
+from proxy.state.ledger import Context
+from proxy.state.metrics import Metrics
+
+log = logging.getLogger("replay_proxy")
+
+# Tool names come from the model and the client: past this many, new ones share one label.
+MAX_TOOL_LABELS = 256
+UNKNOWN_TOOL = "(unknown)"
+OTHER_TOOL = "(other)"
+_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+_Calls = list[tuple[int, Mapping[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    """One response that held function_calls, and the function tools of its request."""
+
+    response: Mapping[str, Any]
+    tools: tuple[tuple[str, Any], ...]
+    calls: _Calls
+
+
+@dataclass
+class EmittedCalls:
+    """The responses with function_calls the tap recorded for one request (or one WebSocket
+    connection), waiting to be checked, and the request they answer."""
+
+    relayed: Relayed
+    found: list[_Answered] = field(default_factory=list)
+
+    def add(self, response: Mapping[str, Any], context: Context | None) -> None:
+        """A response the tap recorded, with the context of the request that created it."""
+        calls = emitted_calls(response.get("output"))
+        if calls:
+            self.found.append(_Answered(response, context.tools if context else (), calls))
+
+    def take(self) -> list[_Answered]:
+        found, self.found = self.found, []
+        return found
+
+
+class EmittedChecks:
+    """The checks of one process's door 2: each a task, kept until it is done, cancelled when
+    the process stops."""
+
+    def __init__(self, audit_log: AuditLog, metrics: Metrics) -> None:
+        self.audit_log = audit_log
+        self.metrics = metrics
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tool_labels: set[str] = set()
+
+    def start(self, calls: EmittedCalls, policy: Policy, caches: GateCaches) -> None:
+        """Check what `calls` holds now, under this policy and its caches; the answer that
+        held them has been relayed."""
+        found = calls.take()
+        if not found:
+            return
+        task = asyncio.create_task(self._check(calls.relayed, found, policy, caches))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _check(
+        self, relayed: Relayed, found: list[_Answered], policy: Policy, caches: GateCaches
+    ) -> None:
+        try:
+            pending = [
+                schema
+                for answered in found
+                for schema in pending_emitted_schemas(
+                    answered.calls, answered.tools, policy, caches
+                )
+            ]
+            if pending:
+                # As at admission: a large schema first seen is compiled off the event loop.
+                await asyncio.to_thread(compile_schemas, pending, policy, caches)
+            for answered in found:
+                self._judge(relayed, answered, policy, caches)
+        except Exception:
+            log.exception("%s checking the calls an upstream emitted failed", relayed.request_id)
+
+    def _judge(
+        self, relayed: Relayed, answered: _Answered, policy: Policy, caches: GateCaches
+    ) -> None:
+        judged = list(iter_emitted(answered.calls, answered.tools, policy, caches))
+        failed = [e.finding for e in judged if e.finding is not None]
+        if failed:
+            include = self.audit_log.include_arguments
+            entry = emitted_record(relayed, answered.response, failed, include_arguments=include)
+            self.audit_log.append(entry)
+        # Counted once the record is written: a count seen means its record is there.
+        for emitted in judged:
+            self.metrics.emitted_calls.labels(self._label(emitted), emitted.verdict).inc()
+
+    def _label(self, emitted: Emitted) -> str:
+        """The call's tool as a label: a name with a schema, bounded in number."""
+        name = emitted.name
+        if name is None or not emitted.known_tool or not _NAME.fullmatch(name):
+            return UNKNOWN_TOOL
+        if name not in self._tool_labels:
+            if len(self._tool_labels) >= MAX_TOOL_LABELS:
+                return OTHER_TOOL
+            self._tool_labels.add(name)
+        return name
