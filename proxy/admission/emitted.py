@@ -18,8 +18,9 @@ from typing import Any
 
 from proxy.gate.arguments import compile_schemas
 from proxy.gate.caches import GateCaches
-from proxy.gate.emitted import Emitted, emitted_calls, iter_emitted, pending_emitted_schemas
+from proxy.gate.emitted import Emitted, ToolSchemas, emitted_calls, iter_emitted
 from proxy.gate.policy import Policy
+from proxy.gate.schemas import LRU
 from proxy.state.audit import AuditLog, Relayed, emitted_record
 from proxy.state.ledger import Context
 from proxy.state.metrics import Metrics
@@ -28,6 +29,8 @@ log = logging.getLogger("replay_proxy")
 
 # Tool names come from the model and the client: past this many, new ones share one label.
 MAX_TOOL_LABELS = 256
+# The tool sets whose schemas are kept looked up, by the hash the ledger stores them under.
+MAX_TOOL_SETS = 1024
 UNKNOWN_TOOL = "(unknown)"
 OTHER_TOOL = "(other)"
 _NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -41,6 +44,7 @@ class _Answered:
 
     response: Mapping[str, Any]
     tools: tuple[tuple[str, Any], ...]
+    tools_key: str | None
     calls: _Calls
 
 
@@ -56,7 +60,8 @@ class EmittedCalls:
         """A response the tap recorded, with the context of the request that created it."""
         calls = emitted_calls(response.get("output"))
         if calls:
-            self.found.append(_Answered(response, context.tools if context else (), calls))
+            tools, key = (context.tools, context.tools_key) if context else ((), None)
+            self.found.append(_Answered(response, tools, key, calls))
 
     def take(self) -> list[_Answered]:
         found, self.found = self.found, []
@@ -72,6 +77,7 @@ class EmittedChecks:
         self.metrics = metrics
         self._tasks: set[asyncio.Task[None]] = set()
         self._tool_labels: set[str] = set()
+        self._tool_sets: LRU[str | None, ToolSchemas] = LRU(MAX_TOOL_SETS)
 
     def start(self, calls: EmittedCalls, policy: Policy, caches: GateCaches) -> None:
         """Check what `calls` holds now, under this policy and its caches; the answer that
@@ -92,25 +98,27 @@ class EmittedChecks:
         self, relayed: Relayed, found: list[_Answered], policy: Policy, caches: GateCaches
     ) -> None:
         try:
-            pending = [
-                schema
-                for answered in found
-                for schema in pending_emitted_schemas(
-                    answered.calls, answered.tools, policy, caches
-                )
-            ]
+            judged = [(a, self._schemas(a, policy, caches)) for a in found]
+            pending = [s for answered, schemas in judged for s in schemas.pending(answered.calls)]
             if pending:
                 # As at admission: a large schema first seen is compiled off the event loop.
                 await asyncio.to_thread(compile_schemas, pending, policy, caches)
-            for answered in found:
-                self._judge(relayed, answered, policy, caches)
+            for answered, schemas in judged:
+                self._judge(relayed, answered, schemas)
         except Exception:
             log.exception("%s checking the calls an upstream emitted failed", relayed.request_id)
 
-    def _judge(
-        self, relayed: Relayed, answered: _Answered, policy: Policy, caches: GateCaches
-    ) -> None:
-        judged = list(iter_emitted(answered.calls, answered.tools, policy, caches))
+    def _schemas(self, answered: _Answered, policy: Policy, caches: GateCaches) -> ToolSchemas:
+        """The schemas of the answered request's tools, looked up once per tool set (keyed by
+        the hash admission made of them for the ledger) under the policy in force."""
+        found = self._tool_sets.get(answered.tools_key)
+        if found is None or found.caches is not caches or found.policy is not policy:
+            found = ToolSchemas(answered.tools, policy, caches)
+            self._tool_sets.put(answered.tools_key, found)
+        return found
+
+    def _judge(self, relayed: Relayed, answered: _Answered, schemas: ToolSchemas) -> None:
+        judged = list(iter_emitted(answered.calls, schemas))
         failed = [e.finding for e in judged if e.finding is not None]
         if failed:
             include = self.audit_log.include_arguments

@@ -50,48 +50,72 @@ def emitted_calls(output: Any) -> list[tuple[int, Mapping[str, Any]]]:
     ]
 
 
-def pending_emitted_schemas(
-    calls: Sequence[tuple[int, Mapping[str, Any]]],
-    tools: Sequence[tuple[str, Any]],
-    policy: Policy,
-    caches: GateCaches,
-) -> list[Any]:
-    """The request schemas `iter_emitted` would compile for these calls that are not compiled
-    yet (compiled off the event loop first, as the gate's are: see `pending_schemas`)."""
-    called = {call.get("name") for _, call in calls}
-    return [
-        schema
-        for name, parameters in tools
-        if name in called and name not in policy.pinned
-        if caches.schemas.pending(
-            schema := {} if parameters is None else parameters, policy.schema_limits
-        )
-    ]
+class ToolSchemas:
+    """The schemas each tool name is judged by, for one set of a request's function tools
+    under one policy: the pinned schema, else every `parameters` of that name in the tools.
+    Each name's are looked up once (the same compiled objects the gate finds in `caches`)."""
+
+    def __init__(
+        self, tools: Sequence[tuple[str, Any]], policy: Policy, caches: GateCaches
+    ) -> None:
+        self.policy = policy
+        self.caches = caches
+        self.offered: dict[str, list[Any]] = {}
+        for name, parameters in tools:
+            self.offered.setdefault(name, []).append({} if parameters is None else parameters)
+        self._found: dict[str, list[Compiled | SchemaError]] = {}
+
+    def pending(self, calls: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Any]:
+        """The request schemas of these calls' tools not compiled yet: compiled off the event
+        loop first, as the gate's are (see `pending_schemas`)."""
+        limits = self.policy.schema_limits
+        called = {call.get("name") for _, call in calls} - self._found.keys()
+        return [
+            schema
+            for name, schemas in self.offered.items()
+            if name in called and name not in self.policy.pinned
+            for schema in schemas
+            if self.caches.schemas.pending(schema, limits)
+        ]
+
+    def of(self, name: str | None) -> list[Compiled | SchemaError]:
+        if name is None:
+            return []
+        found = self._found.get(name)
+        if found is None:
+            pinned = self.policy.pinned.get(name)
+            found = (
+                [pinned]
+                if pinned is not None
+                else [self._compile(s) for s in self.offered.get(name, ())]
+            )
+            self._found[name] = found
+        return found
+
+    def _compile(self, schema: Any) -> Compiled | SchemaError:
+        try:
+            return self.caches.schemas.compile(schema, self.policy.schema_limits)
+        except SchemaError as exc:
+            return exc
 
 
 def iter_emitted(
-    calls: Sequence[tuple[int, Mapping[str, Any]]],
-    tools: Sequence[tuple[str, Any]],
-    policy: Policy,
-    caches: GateCaches,
+    calls: Sequence[tuple[int, Mapping[str, Any]]], schemas: ToolSchemas
 ) -> Iterator[Emitted]:
     """The verdict on each emitted call; never raises on any JSON value.
 
-    `tools` are the (name, parameters) function tools of the request the response answers; a
-    schema pinned in `policy` wins over them, as it does when the call is replayed. Every call
-    of one response shares one validation allowance, as the calls of one request do.
+    `schemas` are those of the function tools of the request the response answers; a schema
+    pinned in the policy wins over them, as it does when the call is replayed. Every call of
+    one response shares one validation allowance, as the calls of one request do.
     """
-    allowance = Allowance(policy.validation_timeout_s)
-    offered: dict[str, list[Any]] = {}
-    for tool_name, parameters in tools:
-        offered.setdefault(tool_name, []).append(parameters)
+    allowance = Allowance(schemas.policy.validation_timeout_s)
     for index, call in calls:
         named = call.get("name")
         name = named if isinstance(named, str) else None
-        schemas = _schemas(name, offered, policy, caches)
-        verdict = _verdict(call.get("arguments"), schemas, caches, allowance)
+        found = schemas.of(name)
+        verdict = _verdict(call.get("arguments"), found, schemas.caches, allowance)
         if verdict == OK:
-            yield Emitted(index, name, OK, bool(schemas))
+            yield Emitted(index, name, OK, bool(found))
             continue
         reason, fail, passed = verdict if isinstance(verdict, tuple) else (verdict, (), ())
         call_id = call.get("call_id")
@@ -106,28 +130,7 @@ def iter_emitted(
             call.get("arguments"),
             passed=passed,
         )
-        yield Emitted(index, name, reason, bool(schemas), finding)
-
-
-def _schemas(
-    name: str | None, offered: Mapping[str, list[Any]], policy: Policy, caches: GateCaches
-) -> list[Compiled | SchemaError]:
-    if name is None:
-        return []
-    pinned = policy.pinned.get(name)
-    if pinned is not None:
-        return [pinned]
-    found: list[Compiled | SchemaError] = []
-    for parameters in offered.get(name, ()):
-        try:
-            found.append(
-                caches.schemas.compile(
-                    {} if parameters is None else parameters, policy.schema_limits
-                )
-            )
-        except SchemaError as exc:
-            found.append(exc)
-    return found
+        yield Emitted(index, name, reason, bool(found), finding)
 
 
 def _verdict(

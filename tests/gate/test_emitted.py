@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.gate.caches import GateCaches
-from proxy.gate.emitted import emitted_calls, iter_emitted, pending_emitted_schemas
+from proxy.gate.emitted import ToolSchemas, emitted_calls, iter_emitted
 from proxy.gate.items import tool_schemas
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect
@@ -113,7 +113,9 @@ def test_an_emitted_call_gets_the_gates_verdict(
 ) -> None:
     caches = GateCaches.for_policy(policy)
     offered = tool_schemas(tools)
-    [found] = iter_emitted(emitted_calls([message("hi"), item]), offered, policy, caches)
+    [found] = iter_emitted(
+        emitted_calls([message("hi"), item]), ToolSchemas(offered, policy, caches)
+    )
 
     assert found.index == 1
     assert found.verdict == verdict
@@ -145,7 +147,7 @@ def test_the_verdict_is_the_one_its_replay_gets(
     item: dict[str, Any], tools: list[Any], policy: Policy
 ) -> None:
     caches = GateCaches.for_policy(policy)
-    [found] = iter_emitted(emitted_calls([item]), tool_schemas(tools), policy, caches)
+    [found] = iter_emitted(emitted_calls([item]), ToolSchemas(tool_schemas(tools), policy, caches))
     cached = len(caches.verdicts)
 
     replay = {"tools": tools, "input": [item | {"status": "completed"}, output("call_1")]}
@@ -175,7 +177,7 @@ def test_the_calls_of_an_output(output_value: Any, indices: list[int]) -> None:
     calls = emitted_calls(output_value)
     assert [i for i, _ in calls] == indices
     # Whatever they hold, judging them never raises.
-    list(iter_emitted(calls, tool_schemas(TOOLS), Policy(), GateCaches()))
+    list(iter_emitted(calls, ToolSchemas(tool_schemas(TOOLS), Policy(), GateCaches())))
 
 
 def test_only_uncompiled_request_schemas_of_called_tools_are_pending() -> None:
@@ -184,7 +186,11 @@ def test_only_uncompiled_request_schemas_of_called_tools_are_pending() -> None:
     offered = tool_schemas([*TOOLS, other])
     calls = emitted_calls([emitted()])
 
-    assert pending_emitted_schemas(calls, offered, Policy(), caches) == [SALES_SCHEMA]
-    assert pending_emitted_schemas(calls, offered, PINNED, caches) == []
-    list(iter_emitted(calls, offered, Policy(), caches))
-    assert pending_emitted_schemas(calls, offered, Policy(), caches) == []
+    schemas = ToolSchemas(offered, Policy(), caches)
+
+    assert schemas.pending(calls) == [SALES_SCHEMA]
+    assert ToolSchemas(offered, PINNED, caches).pending(calls) == []
+    list(iter_emitted(calls, schemas))
+    assert schemas.pending(calls) == []
+    # Compiled once, found again by a lookup of the same tools.
+    assert ToolSchemas(offered, Policy(), caches).pending(calls) == []

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.gate.caches import GateCaches
-from proxy.gate.emitted import emitted_calls, iter_emitted
+from proxy.gate.emitted import ToolSchemas, emitted_calls, iter_emitted
 from proxy.gate.items import tool_schemas
 from proxy.gate.policy import Policy
 from proxy.running.report import Entry, ModelCalls, Summary, render_text, summarize
@@ -92,10 +92,8 @@ def test_text_and_page_say_the_calls_were_relayed_as_they_came() -> None:
 def write_emitted(path: Path) -> None:
     """A record the proxy writes for a response whose call fails its schema."""
     response = {"id": "resp_9", "model": "m", "output": [{"type": "message"}, call("c1", GLOBAL)]}
-    policy = Policy()
-    judged = iter_emitted(
-        emitted_calls(response["output"]), tool_schemas(TOOLS), policy, GateCaches()
-    )
+    schemas = ToolSchemas(tool_schemas(TOOLS), Policy(), GateCaches())
+    judged = iter_emitted(emitted_calls(response["output"]), schemas)
     findings = [e.finding for e in judged if e.finding is not None]
     log = AuditLog(str(path))
     relayed = Relayed("req_9", "http", "/v1/responses", "t_1", b"{}")
