@@ -89,6 +89,10 @@ class EmittedChecks:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def wait(self) -> None:
+        """Until every check started so far is done."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
