@@ -374,6 +374,8 @@ def render_text(summary: Summary) -> str:
         out.append("  by reason: " + ", ".join(f"{shown(r)} {n}" for r, n in wb.reasons))
         out.append("  by tool: " + ", ".join(f"{shown(t)} {n}" for t, n in wb.tools))
         out.append("  latest: " + ", ".join(shown(i) for i in wb.request_ids))
+    elif summary.model_calls.responses:
+        out.append("  nothing: no replay has action log (the model's own calls below never are)")
     else:
         out.append("  nothing: no record has action log")
     mc = summary.model_calls

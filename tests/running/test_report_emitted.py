@@ -87,6 +87,8 @@ def test_text_and_page_say_the_calls_were_relayed_as_they_came() -> None:
     assert "The model's own calls that failed their schema" in page
     assert "no record has action log" not in text
     assert "model's own" not in render_text(summary_of(audit_record(AT)))
+    alone = render_text(summary_of(emitted()))
+    assert "  nothing: no replay has action log (the model's own calls below never are)" in alone
 
 
 def write_emitted(path: Path) -> None:
