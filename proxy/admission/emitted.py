@@ -2,9 +2,9 @@
 
 The tap hands over each response it recorded (the objects it parsed for the ledger, never
 parsed again); once the answer has gone to the client, `EmittedChecks.start` judges their
-function_calls in a task of its own, off the relay's path. Every call is counted
-(`replay_proxy_emitted_calls_total{tool,verdict}`); a response with a failing call gets one
-audit record, `event: emitted_call_rejected`.
+function_calls, off the relay's path (in a task when a schema must be compiled first). Every
+call is counted (`replay_proxy_emitted_calls_total{tool,verdict}`); a response with a failing
+call gets one audit record, `event: emitted_call_rejected`.
 """
 
 from __future__ import annotations
@@ -69,8 +69,10 @@ class EmittedCalls:
 
 
 class EmittedChecks:
-    """The checks of one process's door 2: each a task, kept until it is done, cancelled when
-    the process stops."""
+    """The checks of one process's door 2. A check whose schemas are all compiled is done at
+    once (the answer has gone out; only this connection's next request waits, by the time a
+    verdict takes); one that must compile a schema first is a task, kept until it is done and
+    cancelled when the process stops."""
 
     def __init__(self, audit_log: AuditLog, metrics: Metrics) -> None:
         self.audit_log = audit_log
@@ -81,11 +83,21 @@ class EmittedChecks:
 
     def start(self, calls: EmittedCalls, policy: Policy, caches: GateCaches) -> None:
         """Check what `calls` holds now, under this policy and its caches; the answer that
-        held them has been relayed."""
+        held them has been relayed. Never raises: a failure of the check is logged."""
         found = calls.take()
         if not found:
             return
-        task = asyncio.create_task(self._check(calls.relayed, found, policy, caches))
+        relayed = calls.relayed
+        try:
+            judged = [(a, self._schemas(a, policy, caches)) for a in found]
+            pending = [s for answered, schemas in judged for s in schemas.pending(answered.calls)]
+            if not pending:
+                self._judge_all(relayed, judged)
+                return
+        except Exception:
+            log.exception("%s checking the calls an upstream emitted failed", relayed.request_id)
+            return
+        task = asyncio.create_task(self._check(relayed, judged, pending, policy, caches))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -99,18 +111,23 @@ class EmittedChecks:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _check(
-        self, relayed: Relayed, found: list[_Answered], policy: Policy, caches: GateCaches
+        self,
+        relayed: Relayed,
+        judged: list[tuple[_Answered, ToolSchemas]],
+        pending: list[Any],
+        policy: Policy,
+        caches: GateCaches,
     ) -> None:
         try:
-            judged = [(a, self._schemas(a, policy, caches)) for a in found]
-            pending = [s for answered, schemas in judged for s in schemas.pending(answered.calls)]
-            if pending:
-                # As at admission: a large schema first seen is compiled off the event loop.
-                await asyncio.to_thread(compile_schemas, pending, policy, caches)
-            for answered, schemas in judged:
-                self._judge(relayed, answered, schemas)
+            # As at admission: a large schema first seen is compiled off the event loop.
+            await asyncio.to_thread(compile_schemas, pending, policy, caches)
+            self._judge_all(relayed, judged)
         except Exception:
             log.exception("%s checking the calls an upstream emitted failed", relayed.request_id)
+
+    def _judge_all(self, relayed: Relayed, judged: list[tuple[_Answered, ToolSchemas]]) -> None:
+        for answered, schemas in judged:
+            self._judge(relayed, answered, schemas)
 
     def _schemas(self, answered: _Answered, policy: Policy, caches: GateCaches) -> ToolSchemas:
         """The schemas of the answered request's tools, looked up once per tool set (keyed by
