@@ -8,27 +8,46 @@ upstream. Each round drives every stream on both, the order rotated: the small S
 without a call, with a `lookup_order` call that passes its schema, and with one that fails it
 (door 2 writes an audit record). CPU per request and latency are medians over the rounds.
 Everything listens on 127.0.0.1 and is stopped (by PID) at the end.
+
+First, in this process, door 2's own steps are timed one by one (medians of `SAMPLES`, each
+call's arguments never seen before): judging a call that passes and one that fails, and writing
+the audit record of a failing response. Those figures hold still when the machine is busy; the
+wrk figures, which include everything around them, do not.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
 from host import ROOT, Others
 from servers import Server, free_port, served_by_proxy, settle, started
-from workload import GATE_CONFIG, bodies
+from workload import GATE_CONFIG, TOOLS, bodies
 from wrk import Run, run_wrk, write_script
+
+from proxy.admission.emitted import EmittedCalls, EmittedChecks
+from proxy.config import Config
+from proxy.gate.caches import GateCaches
+from proxy.gate.emitted import ToolSchemas, emitted_calls, iter_emitted
+from proxy.gate.items import tool_schemas
+from proxy.gate.verdict import inspect
+from proxy.running.config_file import parse_config
+from proxy.state.audit import AuditLog, Relayed
+from proxy.state.ledger import Context
+from proxy.state.metrics import Metrics
 
 BENCH = Path(__file__).resolve().parent
 CONNECTIONS = 32
 DURATION_S = 2
+SAMPLES = 2000
 STREAMS = {"no call": None, "a call that passes": "ok", "a call that fails": "bad"}
 
 
@@ -48,11 +67,92 @@ def export(revision: str, into: Path) -> str:
     return short
 
 
+def _order(n: int, field: str) -> dict[str, object]:
+    arguments = f'{{"order_id":"ORD-{n:06d}","fields":["status","{field}"]}}'
+    return {
+        "type": "function_call",
+        "call_id": f"c{n}",
+        "name": "lookup_order",
+        "arguments": arguments,
+    }
+
+
+def in_process(tmp: Path) -> dict[str, float]:
+    """Door 2's steps on this process, µs each (medians)."""
+    config: Config = parse_config({**GATE_CONFIG, "upstream": {"url": "http://127.0.0.1:9"}})
+    policy = config.gate
+    caches = GateCaches.for_policy(policy)
+    tools = tuple(tool_schemas(TOOLS))
+    schemas = ToolSchemas(tools, policy, caches)
+    out: dict[str, float] = {}
+    for name, field in (
+        ("judge a call that passes", "lines"),
+        ("judge a call that fails", "price"),
+    ):
+        samples = []
+        for n in range(SAMPLES):
+            calls = emitted_calls(
+                [{"type": "message"}, _order(n + (0 if field == "lines" else SAMPLES), field)]
+            )
+            started = time.perf_counter_ns()
+            list(iter_emitted(calls, schemas))
+            samples.append(time.perf_counter_ns() - started)
+        out[name] = statistics.median(samples) / 1000
+    log = AuditLog(str(tmp / "in-process.jsonl"))
+    checks = EmittedChecks(log, Metrics())
+    context = Context.of((), tools, compacts=False)
+    relayed = Relayed("req_1", "http", "/v1/responses", "t_1", b"{}" * 400)
+
+    async def start_and_wait(n: int, field: str) -> int:
+        calls = EmittedCalls(relayed)
+        calls.add({"id": f"resp_{n}", "output": [_order(n, field)]}, context)
+        started = time.perf_counter_ns()
+        checks.start(calls, policy, caches)
+        await checks.wait()
+        return time.perf_counter_ns() - started
+
+    async def run(field: str, offset: int) -> float:
+        samples = [await start_and_wait(offset + n, field) for n in range(SAMPLES)]
+        return statistics.median(samples) / 1000
+
+    out["whole check, a response whose call passes (schemas looked up, judge, count)"] = (
+        asyncio.run(run("lines", 4 * SAMPLES))
+    )
+    out["whole check, a response whose call fails (the same, and its audit record)"] = asyncio.run(
+        run("price", 6 * SAMPLES)
+    )
+    log.close()
+    # The next turn replays the call: the gate's verdict on it, without door 2 (the arguments
+    # never judged) and after it (door 2 left its verdict in the shared cache).
+    for name, judged_first in (
+        ("the next turn's gate on the call, without door 2", False),
+        ("the next turn's gate on the call, after door 2", True),
+    ):
+        samples = []
+        for n in range(SAMPLES):
+            call = _order(8 * SAMPLES + (2 * n if judged_first else 2 * n + 1), "lines")
+            if judged_first:
+                list(iter_emitted(emitted_calls([call]), schemas))
+            output = {"type": "function_call_output", "call_id": call["call_id"], "output": "x"}
+            body = {"tools": TOOLS, "input": [{**call, "status": "completed"}, output]}
+            started = time.perf_counter_ns()
+            inspect(body, policy, caches=caches)
+            samples.append(time.perf_counter_ns() - started)
+        out[name] = statistics.median(samples) / 1000
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", default=None, help="the revision without door 2")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--in-process", action="store_true", help="only the in-process steps")
     args = parser.parse_args()
+    if args.in_process:
+        with tempfile.TemporaryDirectory(prefix="replay-emitted-") as scratch:
+            for step, us in in_process(Path(scratch)).items():
+                print(f"| {step} | {us:,.1f} |")  # noqa: T201
+        return 0
     base = (
         args.base
         or subprocess.run(
@@ -64,6 +164,7 @@ def main() -> int:
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-emitted-")))
         log = stack.enter_context((tmp / "servers.log").open("wb"))
+        steps = in_process(tmp)
         (tmp / "base").mkdir()
         short = export(base, tmp / "base")
         port = free_port()
@@ -113,6 +214,11 @@ def main() -> int:
             else 0
             for i in range(len(names))
         ]
+    print("| door 2's step, in process | µs |")  # noqa: T201
+    print("| :--- | ---: |")  # noqa: T201
+    for step, us in steps.items():
+        print(f"| {step} | {us:,.1f} |")  # noqa: T201
+    print()  # noqa: T201
     before, after = names
     print(  # noqa: T201
         f"wrk -c{CONNECTIONS} -d{DURATION_S}s, {args.rounds} rounds, medians; "
