@@ -69,7 +69,8 @@ class ToolSchemas:
         """The request schemas of these calls' tools not compiled yet: compiled off the event
         loop first, as the gate's are (see `pending_schemas`)."""
         limits = self.policy.schema_limits
-        called = {call.get("name") for _, call in calls} - self._found.keys()
+        named = (call.get("name") for _, call in calls)
+        called = {n for n in named if isinstance(n, str)} - self._found.keys()
         return [
             schema
             for name, schemas in self.offered.items()

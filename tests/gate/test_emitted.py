@@ -81,6 +81,9 @@ def emitted(arguments: Any = APAC, name: Any = "get_latest_sales_report", **extr
         ),
         pytest.param(emitted(), [], Policy(), "unknown_tool", None, id="no-tools-no-pin"),
         pytest.param(emitted(name=None), TOOLS, Policy(), "unknown_tool", None, id="no-name"),
+        pytest.param(
+            emitted(name=["x"]), TOOLS, Policy(), "unknown_tool", None, id="name-not-a-string"
+        ),
         pytest.param(emitted(GLOBAL), [], PINNED, "arguments_schema", ENUM_FAIL, id="pinned-only"),
         pytest.param(
             emitted(GLOBAL),
@@ -171,13 +174,18 @@ def test_the_verdict_is_the_one_its_replay_gets(
         pytest.param([1, "x", None, ["function_call"]], [], id="not-objects"),
         pytest.param([{"type": "acme:function_call"}], [], id="vendor-type"),
         pytest.param([{"type": "function_call"}], [0], id="bare-call"),
+        pytest.param(
+            [{"type": "function_call", "name": {"a": 1}, "arguments": []}], [0], id="odd-fields"
+        ),
     ],
 )
 def test_the_calls_of_an_output(output_value: Any, indices: list[int]) -> None:
     calls = emitted_calls(output_value)
     assert [i for i, _ in calls] == indices
     # Whatever they hold, judging them never raises.
-    list(iter_emitted(calls, ToolSchemas(tool_schemas(TOOLS), Policy(), GateCaches())))
+    schemas = ToolSchemas(tool_schemas(TOOLS), Policy(), GateCaches())
+    schemas.pending(calls)
+    list(iter_emitted(calls, schemas))
 
 
 def test_only_uncompiled_request_schemas_of_called_tools_are_pending() -> None:
