@@ -79,7 +79,8 @@ class EmittedChecks:
         self.metrics = metrics
         self._tasks: set[asyncio.Task[None]] = set()
         self._tool_labels: set[str] = set()
-        self._tool_sets: LRU[str | None, ToolSchemas] = LRU(MAX_TOOL_SETS)
+        # By tool set and the caches of a policy (a route of its own may have one).
+        self._tool_sets: LRU[tuple[str | None, int], ToolSchemas] = LRU(MAX_TOOL_SETS)
 
     def start(self, calls: EmittedCalls, policy: Policy, caches: GateCaches) -> None:
         """Check what `calls` holds now, under this policy and its caches; the answer that
@@ -132,10 +133,11 @@ class EmittedChecks:
     def _schemas(self, answered: _Answered, policy: Policy, caches: GateCaches) -> ToolSchemas:
         """The schemas of the answered request's tools, looked up once per tool set (keyed by
         the hash admission made of them for the ledger) under the policy in force."""
-        found = self._tool_sets.get(answered.tools_key)
+        key = (answered.tools_key, id(caches))
+        found = self._tool_sets.get(key)
         if found is None or found.caches is not caches or found.policy is not policy:
             found = ToolSchemas(answered.tools, policy, caches)
-            self._tool_sets.put(answered.tools_key, found)
+            self._tool_sets.put(key, found)
         return found
 
     def _judge(self, relayed: Relayed, answered: _Answered, schemas: ToolSchemas) -> None:
