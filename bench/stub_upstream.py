@@ -2,8 +2,11 @@
 
 `python bench/stub_upstream.py --port P`. A POST whose body starts with `{"model":…,"stream":true`
 (the benchmark bodies put `stream` first, so nothing is parsed) gets the SSE answer, its events
-`x-bench-event-gap-ms` apart (default 0); any other request gets the JSON answer.
-Every answer carries a response id and a message id of its own, as a real server's would.
+`x-bench-event-gap-ms` apart (default 0); any other request gets the JSON answer. With
+`x-bench-call: ok` (or `bad`) the SSE answer also emits a `lookup_order` function_call whose
+arguments pass (or fail: a `fields` value outside its enum) the benchmark's schema.
+Every answer carries a response id and a message id of its own, as a real server's would,
+and a call's `order_id` differs from one answer to the next (no verdict is cached twice).
 `GET /-/served` counts the requests answered so far (the benchmark's per-request CPU divides
 by it).
 """
@@ -21,6 +24,7 @@ from aiohttp import web
 # Placeholders of a fixed width, replaced in the encoded answer by each request's own ids.
 RESP_ID = "resp_" + "0" * 16
 MSG_ID = "msg_" + "0" * 16
+ORDER_ID = "ORD-000000"
 _TEXT = ("EMEA sales rose 4.2% week on week, ", "led by Kraków and Lyon; ", "order ORD-100001 ")
 _TEXT_ALL = "".join(_TEXT) + "has shipped."
 _MESSAGE: dict[str, Any] = {
@@ -109,6 +113,35 @@ SSE_EVENTS: tuple[bytes, ...] = (
 )
 
 
+def _call(arguments: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": "fc_" + MSG_ID[4:],
+        "call_id": "call_" + MSG_ID[4:],
+        "name": "lookup_order",
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def _with_call(call: dict[str, Any]) -> tuple[bytes, ...]:
+    """The SSE answer with `call` after the message: its item done, and in the completed output."""
+    response = {**_RESPONSE, "output": [_MESSAGE, call]}
+    *head, _, _ = SSE_EVENTS
+    return (
+        *head,
+        _event("response.output_item.done", sequence_number=10, output_index=1, item=call),
+        _event("response.completed", sequence_number=11, response=response),
+        b"data: [DONE]\n\n",
+    )
+
+
+SSE_WITH_CALL: dict[str, tuple[bytes, ...]] = {
+    "ok": _with_call(_call(f'{{"order_id":"{ORDER_ID}","fields":["status","lines"]}}')),
+    "bad": _with_call(_call(f'{{"order_id":"{ORDER_ID}","fields":["status","price"]}}')),
+}
+
+
 SERVED = web.AppKey("served", list[int])
 
 
@@ -117,8 +150,10 @@ async def served(request: web.Request) -> web.Response:
 
 
 def _with_ids(answer: bytes, serial: int) -> bytes:
-    return answer.replace(RESP_ID.encode(), b"resp_%016x" % serial).replace(
-        MSG_ID.encode(), b"msg_%016x" % serial
+    return (
+        answer.replace(RESP_ID.encode(), b"resp_%016x" % serial)
+        .replace(MSG_ID.encode(), b"msg_%016x" % serial)
+        .replace(ORDER_ID.encode(), b"ORD-%06d" % (serial % 1_000_000))
     )
 
 
@@ -133,7 +168,8 @@ async def respond(request: web.Request) -> web.StreamResponse:
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    for index, event in enumerate(SSE_EVENTS):
+    events = SSE_WITH_CALL.get(request.headers.get("x-bench-call", ""), SSE_EVENTS)
+    for index, event in enumerate(events):
         if index and gap_s:
             await asyncio.sleep(gap_s)
         await response.write(_with_ids(event, serial))

@@ -27,10 +27,13 @@ end
 """
 
 
-def write_script(directory: Path, index: int, body: Body) -> Path:
+def write_script(
+    directory: Path, index: int, body: Body, extra_headers: dict[str, str] | None = None
+) -> Path:
     data_path = directory / f"body-{index}.json"
     data_path.write_bytes(body.data)
-    headers = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in HEADERS.items())
+    sent = HEADERS | (extra_headers or {})
+    headers = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in sent.items())
     script = directory / f"body-{index}.lua"
     script.write_text(_LUA.format(path=data_path, headers=headers), encoding="utf-8")
     return script

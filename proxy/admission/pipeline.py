@@ -103,6 +103,7 @@ class Forward:
     context: Context = NO_CONTEXT
     findings: tuple[Finding, ...] = ()  # those it was forwarded with (strip, rewrite, log)
     upstream: str = DEFAULT_UPSTREAM  # the name of the upstream its route sends it to
+    policy: Policy | None = None  # its route's: door 2 checks the answer's calls under it
 
 
 def answer_to(error: ProxyError) -> Answer:
@@ -202,6 +203,7 @@ async def admit(
             recorded,
             findings=verdict.findings,
             upstream=upstream,
+            policy=policy,
         )
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
@@ -214,6 +216,7 @@ async def admit(
         recorded,
         findings=verdict.findings,
         upstream=upstream,
+        policy=policy,
     )
 
 

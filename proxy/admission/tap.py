@@ -6,12 +6,16 @@ import logging
 import re
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from proxy.admission import body
 from proxy.state.ledger import NO_CONTEXT, Context, Ledger
+
+if TYPE_CHECKING:
+    # Only handed over: the hop that relays through the tap loads no schema machinery.
+    from proxy.admission.emitted import EmittedCalls
 
 log = logging.getLogger("replay_proxy")
 
@@ -31,6 +35,8 @@ class Recording:
     # response again (`GET /v1/responses/{id}`), which keeps the context recorded at its creation.
     context: Context | None = NO_CONTEXT
     upstream: str | None = None  # the upstream answering: the ledger records that it made it
+    # Where the function_calls of the responses recorded wait for door 2's check; None: unchecked.
+    emitted: EmittedCalls | None = None
 
     def tap(
         self, status: int, content_type: str, content_encoding: str, content_length: int | None
@@ -48,6 +54,7 @@ class Recording:
             self.request_id,
             self.context,
             self.upstream,
+            self.emitted,
         )
 
 
@@ -72,10 +79,12 @@ class ResponseTap:
         request_id: str = "-",
         context: Context | None = NO_CONTEXT,
         upstream: str | None = None,
+        emitted: EmittedCalls | None = None,
     ) -> None:
         self.ledger = ledger
         self.upstream = upstream
         self.context = context
+        self.emitted = emitted
         self.turns: deque[Context] | None = None
         self.request_id = request_id
         self.tenant = tenant
@@ -147,6 +156,8 @@ class ResponseTap:
         compacts = self.context is not None and self.context.compacts
         if kind == "response" or (kind == "response.compaction" and compacts):
             await self.ledger.record(self.tenant, response, self.context, self.upstream)
+            if self.emitted is not None:
+                self.emitted.add(response, self.context)
 
     def expect(self, context: Context) -> None:
         """A WebSocket turn was forwarded with this context: its response is recorded with it."""
@@ -211,7 +222,10 @@ class ResponseTap:
             if not response.get("output") and self.done_items:
                 response = {**response, "output": self.done_items}
             self.done_items = []
-            await self.ledger.record(self.tenant, response, self._turn_context(), self.upstream)
+            context = self._turn_context()
+            await self.ledger.record(self.tenant, response, context, self.upstream)
+            if self.emitted is not None:
+                self.emitted.add(response, context)
         elif kind in _FAILED and self.turns:
             self.done_items = []
             self.turns.popleft()  # the turn ended without a response to record

@@ -16,7 +16,10 @@ _RECORD_FIELDS = ("ts", "action", "request_id", "path")
 
 def describe_finding(finding: dict[str, Any]) -> str:
     """The finding as one sentence: its own `message` when the record carries one."""
-    where = f"input[{shown(key(finding.get('index')))}]"
+    if "output_index" in finding:  # the model's own call, in the response's output (door 2)
+        where = f"output[{shown(key(finding.get('output_index')))}]"
+    else:
+        where = f"input[{shown(key(finding.get('index')))}]"
     call_id = finding.get("call_id")
     if call_id is not None:
         where += f" (call_id {shown(key(call_id))})"
@@ -45,7 +48,7 @@ def describe(entry: Entry | Unreadable) -> Iterator[str]:
     event = rec.get("event")
     if event != "replay_rejected":
         head += f" {shown(key(event))}"
-    for field in ("tenant", "upstream"):
+    for field in ("tenant", "upstream", "response_id"):
         if rec.get(field) is not None:
             head += f" {field} {shown(key(rec.get(field)))}"
     findings = [f for f in rec["findings"] if isinstance(f, dict)]

@@ -17,6 +17,8 @@ MAX_FILLED_BUCKETS = 1000
 TOP = 10
 SAMPLE_IDS = 5
 NONE = "(none)"
+# The event of a record of the model's own calls (door 2): relayed as they came, never blocked.
+EMITTED = "emitted_call_rejected"
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,16 @@ class WouldBlock:
 
 
 @dataclass(frozen=True)
+class ModelCalls:
+    """The model's own calls that failed their schema (`emitted_call_rejected` records)."""
+
+    responses: int
+    calls: int
+    reasons: tuple[tuple[str | None, int], ...]
+    tools: tuple[tuple[str | None, int], ...]
+
+
+@dataclass(frozen=True)
 class Summary:
     """Everything the report shows, computed once from the records."""
 
@@ -138,6 +150,7 @@ class Summary:
     per_tool: tuple[ToolReport, ...]
     would_block: WouldBlock
     unreadable: tuple[Unreadable, ...]
+    model_calls: ModelCalls
 
 
 @dataclass
@@ -189,6 +202,9 @@ def summarize(files: Iterable[str], entries: Iterable[Entry | Unreadable]) -> Su
     blocked_tools: Counter[str | None] = Counter()
     # The latest log records, as a heap of (ts, order read, request_id): the oldest on top.
     blocked_ids: list[tuple[datetime, int, str | None]] = []
+    emitted_responses = 0
+    emitted_reasons: Counter[str | None] = Counter()
+    emitted_tools: Counter[str | None] = Counter()
     for entry in entries:
         if isinstance(entry, Unreadable):
             unreadable.append(entry)
@@ -222,7 +238,12 @@ def summarize(files: Iterable[str], entries: Iterable[Entry | Unreadable]) -> Su
             undated += 1
         else:
             dated.append((ts, found_reasons))
-        if rec.get("action") == "log":
+        if rec.get("event") == EMITTED:
+            # Door 2 only watches: `block` would not have stopped these answers either.
+            emitted_responses += 1
+            emitted_reasons.update(found_reasons)
+            emitted_tools.update(found_tools)
+        elif rec.get("action") == "log":
             blocked_requests += 1
             blocked_reasons.update(found_reasons)
             blocked_tools.update(found_tools)
@@ -281,6 +302,12 @@ def summarize(files: Iterable[str], entries: Iterable[Entry | Unreadable]) -> Su
             request_ids=tuple(i for _, _, i in sorted(blocked_ids, reverse=True)),
         ),
         unreadable=tuple(unreadable),
+        model_calls=ModelCalls(
+            responses=emitted_responses,
+            calls=sum(emitted_reasons.values()),
+            reasons=tuple(_ranked(emitted_reasons)),
+            tools=tuple(_ranked(emitted_tools)),
+        ),
     )
 
 
@@ -348,7 +375,18 @@ def render_text(summary: Summary) -> str:
         out.append("  by reason: " + ", ".join(f"{shown(r)} {n}" for r, n in wb.reasons))
         out.append("  by tool: " + ", ".join(f"{shown(t)} {n}" for t, n in wb.tools))
         out.append("  latest: " + ", ".join(shown(i) for i in wb.request_ids))
+    elif summary.model_calls.responses:
+        out.append("  nothing: no replay has action log (the model's own calls below never are)")
     else:
         out.append("  nothing: no record has action log")
+    mc = summary.model_calls
+    if mc.responses:
+        out.append("")
+        out.append(
+            f"the model's own calls that failed their schema ({EMITTED}, relayed as they came)"
+        )
+        out.append(f"  {mc.calls} call(s) in {mc.responses} response(s)")
+        out.append("  by reason: " + ", ".join(f"{shown(r)} {n}" for r, n in mc.reasons))
+        out.append("  by tool: " + ", ".join(f"{shown(t)} {n}" for t, n in mc.tools))
     # Tool names, paths and tenants come from clients: no escape sequence reaches the terminal.
     return "".join(printable(line) + "\n" for line in out)

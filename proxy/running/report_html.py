@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from html import escape
 
-from proxy.running.report import NONE, Summary, Tally, bucket_label, iso, shown
+from proxy.running.report import EMITTED, NONE, Summary, Tally, bucket_label, iso, shown
 
 # Colour-blind-safe (Okabe-Ito, then Tableau) colours, given to the reasons in rank order.
 PALETTE = (
@@ -215,6 +215,17 @@ def render_html(summary: Summary) -> str:
         out.append("</div>")
     else:
         out.append("<p>Nothing: no record has action <code>log</code>.</p>")
+    mc = summary.model_calls
+    if mc.responses:
+        out.append("<h2>The model's own calls that failed their schema</h2>")
+        out.append(
+            f"<p>{mc.calls} call(s) in {mc.responses} response(s) "
+            f"(<code>{EMITTED}</code>), relayed as the upstream sent them.</p>"
+        )
+        out.append('<div class="grid">')
+        out.extend(_pairs_table("reason", mc.reasons))
+        out.extend(_pairs_table("tool", mc.tools))
+        out.append("</div>")
     if summary.top_paths:
         out.append("<h2>Top failing argument paths</h2><table>")
         out.append('<tr><th>tool</th><th>path</th><th>keyword</th><th class="n">findings</th></tr>')

@@ -15,6 +15,7 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.admission import body, pipeline, routing, targets
+from proxy.admission.emitted import EmittedCalls, EmittedChecks
 from proxy.admission.tap import Recording
 from proxy.config import Config, Route
 from proxy.gate.errors import ProxyError, internal_error
@@ -25,6 +26,7 @@ from proxy.server.headers import body_headers_named, readable_accept_encoding, u
 from proxy.server.in_force import InForce, InForceHolder
 from proxy.server.keys import (
     AUDIT,
+    EMITTED,
     IN_FORCE,
     LEDGER,
     METRICS,
@@ -38,7 +40,7 @@ from proxy.server.tracing import TRACING, Tracing
 from proxy.server.upstream import Upstream, UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
 from proxy.settings import ConfigError
-from proxy.state.audit import AuditLog
+from proxy.state.audit import AuditLog, Relayed
 from proxy.state.ledger import Ledger, LedgerFault, Store
 from proxy.state.metrics import CONTENT_TYPE, Metrics
 from proxy.state.stores import MemoryStore, open_store
@@ -199,6 +201,7 @@ def make_app(
     if books.process is not None:
         app.cleanup_ctx.append(_worker_process_ctx)
     app.cleanup_ctx.append(_audit_ctx)
+    app.cleanup_ctx.append(_emitted_ctx)
     app.cleanup_ctx.append(_ledger_ctx)
     app.cleanup_ctx.append(_watch_workers_ctx)
     app.cleanup_ctx.append(_tracing_ctx)
@@ -248,6 +251,12 @@ async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
         ) from None
     yield
     app[AUDIT].close()
+
+
+async def _emitted_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[EMITTED] = EmittedChecks(app[AUDIT], app[METRICS])
+    yield
+    await app[EMITTED].close()
 
 
 async def _ledger_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -531,25 +540,34 @@ async def gate(
         access.failed(decided.body["error"]["code"])
         return answer(decided)
     recording = None
+    emitted = None
     upstream = current.upstreams[decided.upstream]
     sent = upstream_headers(headers, config, decided.drop_headers, upstream.settings)
     if decided.record:
         limit = config.limits.max_body_bytes
+        emitted = EmittedCalls(Relayed(request_id, "http", path, tenant, raw, upstream.name))
         recording = Recording(
-            app[LEDGER], tenant or "-", limit, request_id, decided.context, upstream.name
+            app[LEDGER], tenant or "-", limit, request_id, decided.context, upstream.name, emitted
         )
         _readable_encodings(sent)
-    return await relay(
-        request,
-        upstream,
-        route,
-        path + query,
-        decided.data,
-        sent,
-        decided.add_headers or None,
-        decided.outcome,
-        recording,
-    )
+    try:
+        return await relay(
+            request,
+            upstream,
+            route,
+            path + query,
+            decided.data,
+            sent,
+            decided.add_headers or None,
+            decided.outcome,
+            recording,
+        )
+    finally:
+        # Door 2, once the answer is relayed (or cut short: the calls the client got count),
+        # under the policy of the route the request took.
+        if emitted is not None:
+            policy = decided.policy or config.gate
+            app[EMITTED].start(emitted, policy, current.caches.of(policy))
 
 
 async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:

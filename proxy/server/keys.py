@@ -6,6 +6,7 @@ import uuid
 
 from aiohttp import web
 
+from proxy.admission.emitted import EmittedChecks
 from proxy.server.in_force import InForceHolder
 from proxy.server.readiness import Readiness
 from proxy.state.audit import AuditLog
@@ -20,6 +21,9 @@ AUDIT = web.AppKey("audit", AuditLog)
 METRICS = web.AppKey("metrics", Metrics)
 
 LEDGER = web.AppKey("ledger", Ledger)
+
+# Door 2: the checks of the calls upstreams emitted, run once each answer is relayed.
+EMITTED = web.AppKey("emitted", EmittedChecks)
 
 # The proxy's own id of a request: its `x-request-id`, its audit record's `request_id`, and the
 # first word of every log line about it.

@@ -15,14 +15,24 @@ from aiohttp import web
 
 from proxy.admission import body, pipeline
 from proxy.admission.continuations import Continuations
+from proxy.admission.emitted import EmittedCalls
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server.access import ACCESS, Access
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
-from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
+from proxy.server.keys import (
+    AUDIT,
+    EMITTED,
+    IN_FORCE,
+    LEDGER,
+    METRICS,
+    REQUEST_ID,
+    new_request_id,
+)
 from proxy.server.tracing import TRACING
 from proxy.server.upstream import Upstream, UpstreamError, upstream_failure
+from proxy.state.audit import Relayed
 
 log = logging.getLogger("replay_proxy")
 
@@ -264,8 +274,17 @@ async def relay_websocket(
     client, upstream = await _connect(request, current, to, path + query)
     access.outcome, access.frames = "forward", 0
     limit = current.config.limits.max_body_bytes
+    # Door 2's records of a connection name it: its frames' own ids are not kept per turn.
+    emitted = EmittedCalls(Relayed(connection_id, "websocket", path, tenant, None, to.name))
     tap = ResponseTap(
-        app[LEDGER], tenant or "-", "", None, limit, request_id=connection_id, upstream=to.name
+        app[LEDGER],
+        tenant or "-",
+        "",
+        None,
+        limit,
+        request_id=connection_id,
+        upstream=to.name,
+        emitted=emitted,
     )
     frames = _ClientFrames(
         app,
@@ -282,7 +301,7 @@ async def relay_websocket(
         upstream,
         lambda pair: (
             frames.relay(client, upstream, pair.client_ended),
-            _upstream_frames(upstream, client, tap, pair.upstream_ended),
+            _upstream_frames(app, upstream, client, tap, pair.upstream_ended),
         ),
     )
 
@@ -381,25 +400,42 @@ class _ClientFrames:
         app[METRICS].requests.labels("websocket", decided.outcome, decided.upstream).inc()
         if self.tap is not None and decided.record:
             self.tap.expect(decided.context)  # the turn's response is recorded with its input
+            if self.tap.emitted is not None:
+                self.tap.emitted.policy = decided.policy
         # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
         return None, text if decided.data is raw else decided.data.decode()
 
 
 async def _upstream_frames(
+    app: web.Application,
     upstream: aiohttp.ClientWebSocketResponse,
     client: web.WebSocketResponse,
     tap: ResponseTap,
     ending: Ending,
 ) -> None:
     """Every frame of the upstream to the client, each event recorded as it passes; then the
-    client is closed the way the upstream closed."""
-    async for message in iter_data(upstream, ending):
-        if message.type == aiohttp.WSMsgType.TEXT:
-            await tap.event(message.data)
-            await client.send_str(message.data)
-        else:
-            await client.send_bytes(message.data)
-    await close_as(client, ending)
+    client is closed the way the upstream closed.
+
+    Once a frame that ended a turn has gone to the client, the calls of that turn's response
+    are checked (door 2) under the config in force then."""
+    try:
+        async for message in iter_data(upstream, ending):
+            if message.type == aiohttp.WSMsgType.TEXT:
+                await tap.event(message.data)
+                await client.send_str(message.data)
+                _check_emitted(app, tap)
+            else:
+                await client.send_bytes(message.data)
+        await close_as(client, ending)
+    finally:
+        _check_emitted(app, tap)
+
+
+def _check_emitted(app: web.Application, tap: ResponseTap) -> None:
+    if tap.emitted is not None and tap.emitted.found:
+        in_force = app[IN_FORCE].current
+        policy = tap.emitted.policy or in_force.config.gate
+        app[EMITTED].start(tap.emitted, policy, in_force.caches.of(policy))
 
 
 def _error_event(answer: pipeline.Answer) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from proxy.gate.verdict import Verdict
+from proxy.gate.verdict import Finding, Verdict
 
 _OUTCOME_ACTION = {"block": "block", "strip": "strip", "rewrite": "rewrite", "forward": "log"}
 
@@ -70,6 +70,54 @@ def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> di
     }
 
 
+@dataclass(frozen=True)
+class Relayed:
+    """What an emitted-call record says of the request whose answer held the calls; `raw` is
+    its body as received (None on a WebSocket, whose records name the connection)."""
+
+    request_id: str
+    transport: str
+    path: str
+    tenant: str | None
+    raw: bytes | None = None
+    upstream: str | None = None  # the name of the upstream that answered
+
+
+def emitted_record(
+    relayed: Relayed,
+    response: Mapping[str, Any],
+    findings: Iterable[Finding],
+    *,
+    include_arguments: bool,
+) -> dict[str, Any]:
+    """The record of a response whose function_calls failed their schema (door 2): the
+    fields of a rejected replay's, `model` and `previous_response_id` the response's, its
+    `response_id`, and each finding's `output_index` (its `index` too). The answer was relayed
+    as it came: the action is `log`."""
+    model = response.get("model")
+    previous = response.get("previous_response_id")
+    response_id = response.get("id")
+    raw = relayed.raw
+    return {
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "event": "emitted_call_rejected",
+        "request_id": relayed.request_id,
+        "action": "log",
+        "transport": relayed.transport,
+        "path": relayed.path,
+        "model": model if isinstance(model, str) else None,
+        "previous_response_id": previous if isinstance(previous, str) else None,
+        "tenant": relayed.tenant,
+        "upstream": relayed.upstream,
+        "body_sha256": hashlib.sha256(raw).hexdigest() if raw is not None else None,
+        "response_id": response_id if isinstance(response_id, str) else None,
+        "findings": [
+            {**f.as_dict(include_arguments=include_arguments), "output_index": f.index}
+            for f in findings
+        ],
+    }
+
+
 class AuditLog:
     """Appends one hash-chained JSON line per record and flushes it before the caller answers.
 
@@ -117,7 +165,10 @@ class AuditLog:
             self._read_tail(st)
 
     def write(self, request: Request, verdict: Verdict) -> dict[str, Any]:
-        entry = record(request, verdict, include_arguments=self.include_arguments)
+        return self.append(record(request, verdict, include_arguments=self.include_arguments))
+
+    def append(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Chain one record (its `prev`) to the log and write it."""
         if self.path == "-":
             if self.chain is not None:
                 entry["chain"] = self.chain

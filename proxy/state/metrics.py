@@ -155,6 +155,12 @@ class Metrics:
             "forwarded).",
             registry=self.registry,
         )
+        self.emitted_calls = Counter(
+            "replay_proxy_emitted_calls",
+            "Function calls upstreams emitted on the gated routes, by tool and verdict.",
+            ["tool", "verdict"],
+            registry=self.registry,
+        )
         self.workers_missing = Gauge(
             "replay_proxy_workers_missing",
             "Worker slots of serve --workers N without a serving worker (0 with one process).",

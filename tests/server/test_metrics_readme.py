@@ -45,7 +45,10 @@ def scraped_metrics(text: str) -> dict[str, tuple[str, frozenset[str] | None]]:
 def test_the_table_is_read() -> None:
     # The parser of the table must be able to fail: it finds rows it knows are there.
     table = readme_metrics()
-    assert table["replay_proxy_requests_total"] == ("counter", frozenset({"route", "outcome"}))
+    assert table["replay_proxy_requests_total"] == (
+        "counter",
+        frozenset({"route", "outcome", "upstream"}),
+    )
     assert table["replay_proxy_gate_seconds"] == ("histogram", frozenset())
 
 

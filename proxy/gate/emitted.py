@@ -1,0 +1,153 @@
+"""Door 2: the model's own calls, checked against the schema they would be replayed under.
+
+A host checks the model's call against the tool's schema before it runs it. The proxy sees every
+`function_call` an upstream emits. It judges each with the gate's own checks (`arguments_type`,
+`arguments_parse`, `unknown_tool`, `arguments_schema`), compiled schemas and verdict cache. A
+call that fails is a `Finding` in the shape of a rejected replay, its `index` the call's place
+in the response's `output`. Nothing is changed: the answer was relayed before the check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema.exceptions import SchemaError
+
+from proxy.gate import items
+from proxy.gate.arguments import TIMEOUTS, check_arguments
+from proxy.gate.budget import Allowance
+from proxy.gate.caches import GateCaches
+from proxy.gate.policy import Policy
+from proxy.gate.schemas import Compiled
+from proxy.gate.verdict import Finding
+
+OK = "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """One function_call of a response's `output`: its place, its tool, and the verdict
+    (`ok` or the reason it fails); `finding` is set when it fails."""
+
+    index: int
+    name: str | None
+    verdict: str
+    # Whether a schema is known for the call's tool (pinned, or in the request's tools).
+    known_tool: bool
+    finding: Finding | None = None
+
+
+def emitted_calls(output: Any) -> list[tuple[int, Mapping[str, Any]]]:
+    """The function_call items of a response's `output`, each with its index in it."""
+    if not isinstance(output, list):
+        return []
+    return [
+        (index, item)
+        for index, item in enumerate(output)
+        if isinstance(item, dict) and item.get("type") == items.FUNCTION_CALL
+    ]
+
+
+class ToolSchemas:
+    """The schemas each tool name is judged by, for one set of a request's function tools
+    under one policy: the pinned schema, else every `parameters` of that name in the tools.
+    Each name's are looked up once (the same compiled objects the gate finds in `caches`)."""
+
+    def __init__(
+        self, tools: Sequence[tuple[str, Any]], policy: Policy, caches: GateCaches
+    ) -> None:
+        self.policy = policy
+        self.caches = caches
+        self.offered: dict[str, list[Any]] = {}
+        for name, parameters in tools:
+            self.offered.setdefault(name, []).append({} if parameters is None else parameters)
+        self._found: dict[str, list[Compiled | SchemaError]] = {}
+
+    def pending(self, calls: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Any]:
+        """The request schemas of these calls' tools not compiled yet: compiled off the event
+        loop first, as the gate's are (see `pending_schemas`)."""
+        limits = self.policy.schema_limits
+        named = (call.get("name") for _, call in calls)
+        called = {n for n in named if isinstance(n, str)} - self._found.keys()
+        return [
+            schema
+            for name, schemas in self.offered.items()
+            if name in called and name not in self.policy.pinned
+            for schema in schemas
+            if self.caches.schemas.pending(schema, limits)
+        ]
+
+    def of(self, name: str | None) -> list[Compiled | SchemaError]:
+        if name is None:
+            return []
+        found = self._found.get(name)
+        if found is None:
+            pinned = self.policy.pinned.get(name)
+            found = (
+                [pinned]
+                if pinned is not None
+                else [self._compile(s) for s in self.offered.get(name, ())]
+            )
+            self._found[name] = found
+        return found
+
+    def _compile(self, schema: Any) -> Compiled | SchemaError:
+        try:
+            return self.caches.schemas.compile(schema, self.policy.schema_limits)
+        except SchemaError as exc:
+            return exc
+
+
+def iter_emitted(
+    calls: Sequence[tuple[int, Mapping[str, Any]]], schemas: ToolSchemas
+) -> Iterator[Emitted]:
+    """The verdict on each emitted call; never raises on any JSON value.
+
+    `schemas` are those of the function tools of the request the response answers; a schema
+    pinned in the policy wins over them, as it does when the call is replayed. Every call of
+    one response shares one validation allowance, as the calls of one request do.
+    """
+    allowance = Allowance(schemas.policy.validation_timeout_s)
+    for index, call in calls:
+        named = call.get("name")
+        name = named if isinstance(named, str) else None
+        found = schemas.of(name)
+        verdict = _verdict(call.get("arguments"), found, schemas.caches, allowance)
+        if verdict == OK:
+            yield Emitted(index, name, OK, bool(found))
+            continue
+        reason, fail, passed = verdict if isinstance(verdict, tuple) else (verdict, (), ())
+        call_id = call.get("call_id")
+        finding = Finding(
+            index,
+            reason,
+            "log",  # door 2 only watches: the answer went to the client as it came
+            call_id if isinstance(call_id, str) else None,
+            None,
+            name,
+            fail,
+            call.get("arguments"),
+            passed=passed,
+        )
+        yield Emitted(index, name, reason, bool(found), finding)
+
+
+def _verdict(
+    arguments: Any,
+    schemas: list[Compiled | SchemaError],
+    caches: GateCaches,
+    allowance: Allowance,
+) -> Any:
+    """`ok`, a reason, or (`arguments_schema`, violations, passed): the gate's verdict, shared
+    with it through the verdict cache (a replay of this call later finds it decided)."""
+    if not isinstance(arguments, str):
+        return "arguments_type"
+    key = tuple(s.key if isinstance(s, Compiled) else 0 for s in schemas)
+    cached = caches.verdicts.get((key, arguments))
+    if cached is None:
+        cached = check_arguments(arguments, schemas, allowance)
+        if not (isinstance(cached, tuple) and any(v.reason in TIMEOUTS for v in cached[1])):
+            caches.verdicts.put((key, arguments), cached)
+    return cached
