@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from proxy.gate.policy import Policy
-from proxy.settings import Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import Audit, Client, ConfigError, Extproc, Ledger, Limits, Listen, Upstream
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class Config:
     ledger: Ledger = field(default_factory=Ledger)
     limits: Limits = field(default_factory=Limits)
     clients: tuple[Client, ...] = ()
+    extproc: Extproc = field(default_factory=Extproc)
 
     def with_secrets(self, environ: Mapping[str, str]) -> Config:
         """The config with what it takes from the environment: `upstream.api_key` from the

@@ -1,5 +1,5 @@
-"""replay-proxy command line: serve | check | config check/defaults | hash-key | audit verify |
-report | tail."""
+"""replay-proxy command line: serve | extproc | check | config check/defaults | hash-key |
+audit verify | report | tail."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from proxy.running.check import DocumentError, iter_documents, report_json, repo
 from proxy.running.config_file import iter_defaults, load_config
 from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
 from proxy.running.report_html import render_html
-from proxy.settings import ConfigError
+from proxy.settings import ConfigError, listen_problem
 from proxy.state.audit import GENESIS, verify
 
 
@@ -66,6 +66,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--workers", type=workers, default=1, help="processes sharing the port (SO_REUSEPORT)"
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+
+    extproc = commands.add_parser("extproc", help="run the gate as Envoy's External Processor")
+    extproc.add_argument("--config", help="the YAML config file (the same as serve's)")
+    extproc.add_argument(
+        "--listen", type=listen_address, help="HOST:PORT or unix:PATH (overrides extproc.listen)"
+    )
+    extproc.add_argument(
+        "--log-level", type=log_level, default="INFO", help=f"log level: {', '.join(_LEVELS)}"
+    )
 
     check = commands.add_parser("check", help="gate logged request bodies offline")
     check.add_argument("file", help="a request body, an array of items, or JSON Lines; - = stdin")
@@ -112,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_audit_report(args.files, html=args.html)
     if args.command == "audit":
         return run_audit_verify(args.files, args.prev)
+    if args.command == "extproc":
+        return run_extproc(args)
     try:
         config = serve_config(args) if args.command == "serve" else check_config(args)
     except ConfigError as exc:
@@ -160,6 +171,24 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
     except OSError as exc:  # one no key accounts for
         logging.getLogger("replay_proxy").error("cannot serve: %s", exc)
         return 1
+    return 0
+
+
+def run_extproc(args: argparse.Namespace) -> int:
+    # Imported here so that no other command loads gRPC and the Envoy protos.
+    from proxy.running.extproc import serve_extproc
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )
+    try:
+        config = check_config(args)
+        asyncio.run(serve_extproc(config, args.listen or config.extproc.listen))
+    except ConfigError as exc:
+        print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
     return 0
 
 
@@ -255,6 +284,14 @@ def port(value: str) -> int:
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port (0 to 65535; 0 = any free one)")
     return number
+
+
+def listen_address(value: str) -> str:
+    """An argparse type: HOST:PORT or unix:PATH, for `extproc --listen`."""
+    problem = listen_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def host(value: str) -> str:

@@ -13,7 +13,7 @@ import yaml
 
 from proxy.config import Config
 from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
-from proxy.settings import Audit, Client, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import Audit, Client, ConfigError, Extproc, Ledger, Limits, Listen, Upstream
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +121,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "body_timeout_s": _SECONDS,
             }
         ),
+        "extproc": _object({"listen": {"type": "string", "minLength": 1}}),
     }
 )
 
@@ -173,6 +174,7 @@ MEANINGS: dict[str, str] = {
     "ledger.fail_open": "unknown previous response or ledger fault: false = orphan",
     "limits.max_body_bytes": "the largest gated body, after content decoding (else 413)",
     "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
+    "extproc.listen": "`replay-proxy extproc`: HOST:PORT or unix:PATH for Envoy's gRPC streams",
 }
 
 # Where a key's default lives when it is not at the same path of Config().
@@ -227,6 +229,7 @@ def parse_config(data: Any) -> Config:
         ("audit", Audit),
         ("ledger", Ledger),
         ("limits", Limits),
+        ("extproc", Extproc),
     ):
         try:
             sections[name] = cls(**data.get(name, {}))
