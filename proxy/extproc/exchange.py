@@ -154,13 +154,15 @@ class Exchange:
                 if decided.HasField("immediate_response"):
                     return decided
             return _headers_response(mutation)
+        if not reads:
+            # A bodyless request on a gated path (a GET of the list) goes on as it came.
+            return _headers_response(mutation, mode=_NOTHING_MORE)
+        # A response read again is recorded like the answer that created it.
         limit = config.limits.max_body_bytes
-        if reads:
-            # A response read again is recorded like the answer that created it.
-            self.recording = Recording(
-                self.front.ledger, self.tenant or "-", limit, self.request_id, None
-            )
-            _readable_encodings(headers, mutation)
+        self.recording = Recording(
+            self.front.ledger, self.tenant or "-", limit, self.request_id, None
+        )
+        _readable_encodings(headers, mutation)
         return _headers_response(mutation)
 
     def _tenant(self) -> str | None:
