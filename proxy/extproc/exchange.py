@@ -272,6 +272,10 @@ class Exchange:
             # A JSON answer is read whole (one message, and Envoy keeps its Content-Length);
             # a stream goes by chunk by chunk.
             mode = None if self.tap.sse else _WHOLE_ANSWER_BODY
+            if mode is not None and length.isdigit():
+                # Envoy drops the answer's Content-Length when it hands the body to a
+                # processor; read whole and unchanged, the body keeps the length it came with.
+                mutation.set_headers.append(_header("content-length", length))
         return ext_proc.ProcessingResponse(
             response_headers=ext_proc.HeadersResponse(
                 response=ext_proc.CommonResponse(header_mutation=mutation)

@@ -44,7 +44,8 @@ class Seen:
     upstream: list[tuple[str, bytes, str | None, str | None]]  # target, body, coding, length
 
 
-ANSWER_HEADERS = ("content-type", "x-should-retry", "x-replay-gate")
+# Content-Length too: Envoy drops an answer's when a processor reads its body.
+ANSWER_HEADERS = ("content-type", "content-length", "x-should-retry", "x-replay-gate")
 
 
 async def seen(

@@ -264,7 +264,7 @@ ANSWERS = [
     pytest.param(
         compact(clean_body()),
         {":status": "200", "content_type": "application/json", "content_length": "2"},
-        ("continue", {}, [], None, "whole"),
+        ("continue", {"content-length": "2"}, [], None, "whole"),
         id="json-read-whole",
     ),
     pytest.param(
