@@ -112,15 +112,12 @@ class Exchange:
             metrics.requests.labels("any", "invalid_target").inc()
             raise ProxyError(400, "invalid_request_target", str(exc)) from None
         method = _one(headers, ":method").upper()
-        if target.own:
-            metrics.requests.labels("any", "not_found").inc()
-            message_text = f"{method} {target.path}: no such admin endpoint; /-/ is never forwarded"
-            raise ProxyError(404, "not_found", message_text)
         config = self.front.config
         gated = target.gated
         reads = method == "GET" and targets.reads_response(target.path)
         has_body = not message.end_of_stream
         if gated is None and not reads:
+            # `/-/` too: it is `serve`'s own namespace, and behind Envoy there is none.
             return _headers_response(mode=_NOTHING_MORE)
         self.named = True
         self.tenant = self._tenant()

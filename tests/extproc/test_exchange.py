@@ -112,6 +112,7 @@ def described(response: Any) -> tuple[Any, ...]:
 
 
 CONTINUE: tuple[Any, ...] = ("continue", {}, [], None, None)
+NOTHING_MORE: tuple[Any, ...] = ("continue", {}, [], None, "nothing")
 
 HEADERS = [
     pytest.param(
@@ -147,8 +148,9 @@ HEADERS = [
     pytest.param(
         "GET", "/v1/%zz", {}, True, ("answer", 400, "invalid_request_target"), id="bad-escape"
     ),
-    pytest.param("GET", "/-/healthy", {}, True, ("answer", 404, "not_found"), id="own-path"),
-    pytest.param("GET", "/%2D/x", {}, True, ("answer", 404, "not_found"), id="own-path-escaped"),
+    # `serve`'s own namespace; behind Envoy there is none to keep apart.
+    pytest.param("GET", "/-/healthy", {}, True, NOTHING_MORE, id="serve-own-path"),
+    pytest.param("GET", "/%2D/x", {}, True, NOTHING_MORE, id="serve-own-path-escaped"),
     pytest.param("GET", "/v1/responses/resp_1", {}, True, CONTINUE, id="read-is-recorded"),
     pytest.param(
         "POST",
