@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +127,35 @@ async def test_processor_down_refuses_gated_requests(
             async with client.post(
                 f"{envoy.url}{target}", data=odd_bytes(clean_body()), headers=JSON_HEADERS
             ) as resp:
-                assert resp.status == 500, target
+                assert resp.status == 503, target
+                error = (await resp.json())["error"]
+                assert (error["type"], error["code"]) == ("server_error", "gate_unavailable")
         assert recording_upstream.received == []
 
         async with client.get(f"{envoy.url}/v1/models") as resp:
             assert resp.status == 200
         assert [r.target for r in recording_upstream.received] == ["/v1/models"]
+
+
+async def test_a_chunked_body_past_envoys_buffer_is_refused_in_the_api_shape(
+    recording_upstream: RecordingUpstream, behind_envoy: Callable[..., Any]
+) -> None:
+    """Without a Content-Length the processor cannot refuse it before it is read: Envoy's buffer
+    limit (sized for limits.max_body_bytes) does, and its answer is mapped to the API's shape."""
+    envoy = await behind_envoy(recording_upstream.url)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"input":"'
+        for _ in range(12):
+            yield b"a" * 100_000
+        yield b'"}'
+
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(f"{envoy.url}/v1/responses", data=chunks(), headers=JSON_HEADERS) as resp,
+    ):
+        assert resp.status == 413
+        assert resp.content_type == "application/json"
+        error = (await resp.json())["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "body_too_large")
+    assert recording_upstream.received == []
