@@ -240,6 +240,20 @@ def render(
                 ]
             )
     others = max((m.others_cores for runs in results.values() for m in runs), default=0.0)
+    verdicts = []
+    for body in chosen:
+        if body.kind == "sse":
+            continue
+        by = {
+            name: median([sum(m.cpu_us.values()) for m in results[(body.name, name)]])
+            for name in TARGETS
+        }
+        met = by["Envoy + processor"] < by["replay-proxy serve"]
+        verdicts.append(
+            f"- {body.name}: Envoy + processor {by['Envoy + processor']:,.0f} µs/req against "
+            f"serve's {by['replay-proxy serve']:,.0f}: the goal is {'met' if met else 'not met'}"
+            f"; the no-op processor alone costs {by['Envoy + no-op processor']:,.0f} with Envoy."
+        )
     headers = [
         "body",
         "target",
@@ -270,7 +284,10 @@ def render(
         "the requests the stub upstream served in that window; *of which processor* is the "
         "processor's own share. *added p50* is the p50 minus the direct p50. *CPU x serve* "
         "compares with `replay-proxy serve` on the same body. Other processes on the machine "
-        f"took at most {others:.2f} cores during a run.\n\n" + table(headers, rows)
+        f"took at most {others:.2f} cores during a run.\n\n"
+        + table(headers, rows)
+        + "\nThe goal of issue 14, Envoy + processor below `serve` in CPU per request on the "
+        "small and 10-pair bodies:\n\n" + "\n".join(verdicts) + "\n"
     )
 
 
