@@ -84,8 +84,23 @@ class Exchange:
         self.named = False  # the answer carries `x-request-id`: the request reached the gate
 
     async def answer(self, message: Any) -> Any:
-        """The ProcessingResponse to one ProcessingRequest."""
+        """The ProcessingResponse to one ProcessingRequest.
+
+        A failure of the processor's own (a bug) before anything went upstream is answered
+        500 `internal_error`, naming the request id its traceback is logged under; once the
+        answer is on its way it ends the stream instead, and Envoy cuts the answer, so that
+        a partial answer is never taken for a whole one.
+        """
         kind = message.WhichOneof("request")
+        try:
+            return await self._answer(kind, message)
+        except Exception:
+            log.exception("%s unexpected error on %s", self.request_id, kind)
+            if kind in ("request_headers", "request_body"):
+                return self._immediate(pipeline.answer_to(internal_error(self.request_id)))
+            raise
+
+    async def _answer(self, kind: str, message: Any) -> Any:
         if kind == "request_headers":
             try:
                 return await self._request_headers(message.request_headers)
@@ -189,9 +204,6 @@ class Exchange:
             return await self._gate(bytes(message.body))
         except ProxyError as exc:
             return self._immediate(pipeline.answer_to(exc))
-        except Exception:
-            log.exception("%s unexpected error gating %s", self.request_id, self.gated)
-            return self._immediate(pipeline.answer_to(internal_error(self.request_id)))
 
     async def _gate(self, raw: bytes) -> Any:
         front = self.front

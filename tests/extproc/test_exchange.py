@@ -14,6 +14,9 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
+from proxy.admission import pipeline
+from proxy.admission.tap import ResponseTap
+from proxy.extproc import exchange as exchange_module
 from proxy.extproc.exchange import Exchange, Front
 from proxy.extproc.service import open_front
 from proxy.running.config_file import parse_config
@@ -331,3 +334,50 @@ async def test_the_answer_is_recorded_before_its_last_chunk_is_let_go(front: Fro
     let_go = await exchange.answer(last)
     assert let_go.WhichOneof("response") == "response_body"
     assert len(front.ledger.store) == 1
+
+
+class Bug(Exception):
+    """A failure of the processor's own, raised where no answer was decided."""
+
+
+def raise_bug(*args: Any, **kwargs: Any) -> Any:
+    raise Bug("a bug")
+
+
+@pytest.mark.parametrize(
+    ("where", "name"),
+    [
+        pytest.param(pipeline, "admit", id="admission"),
+        pytest.param(exchange_module, "tenant_for", id="tenant"),
+    ],
+)
+async def test_a_bug_before_anything_went_up_is_a_500_naming_the_request(
+    front: Front,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    where: Any,
+    name: str,
+) -> None:
+    monkeypatch.setattr(where, name, raise_bug)
+    exchange = Exchange(front)
+    answered = await exchange.answer(headers_message("POST", "/v1/responses"))
+    if answered.WhichOneof("response") != "immediate_response":
+        answered = await exchange.answer(body_message(compact(clean_body())))
+    assert described(answered) == ("answer", 500, "internal_error")
+    assert exchange.request_id in json.loads(answered.immediate_response.body)["error"]["message"]
+    assert any(exchange.request_id in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+async def test_a_bug_once_the_answer_is_on_its_way_ends_the_stream(
+    front: Front, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exchange = Exchange(front)
+    await exchange.answer(headers_message("POST", "/v1/responses"))
+    await exchange.answer(body_message(compact(clean_body())))
+    await exchange.answer(
+        response_headers_message(**{":status": "200", "content_type": "text/event-stream"})
+    )
+    monkeypatch.setattr(ResponseTap, "feed", raise_bug)
+    chunk = ext_proc.ProcessingRequest(response_body=ext_proc.HttpBody(body=b"data: {}\n\n"))
+    with pytest.raises(Bug):
+        await exchange.answer(chunk)
