@@ -16,7 +16,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.builders import HANG_GUARD_S, JSON_HEADERS, clean_body, failing_body, odd_bytes
+from tests.builders import (
+    HANG_GUARD_S,
+    JSON_HEADERS,
+    clean_body,
+    failing_body,
+    odd_bytes,
+    request_body,
+    sales_call,
+    sales_output,
+)
 from tests.servers.recording import Received, RecordingUpstream
 
 CREATED = b'event: response.created\ndata: {"type":"response.created"}\n\n'
@@ -159,3 +168,26 @@ async def test_a_chunked_body_past_envoys_buffer_is_refused_in_the_api_shape(
         error = (await resp.json())["error"]
     assert (error["type"], error["code"]) == ("invalid_request_error", "body_too_large")
     assert recording_upstream.received == []
+
+
+async def test_a_chunked_body_that_is_stripped_goes_up_with_its_length(
+    recording_upstream: RecordingUpstream, behind_envoy: Callable[..., Any]
+) -> None:
+    envoy = await behind_envoy(recording_upstream.url)
+    stripped = request_body(sales_call("call_1", status="in_progress"), sales_output("call_1"))
+    sent = odd_bytes(stripped)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(sent), 100):
+            yield sent[start : start + 100]
+
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(f"{envoy.url}/v1/responses", data=chunks(), headers=JSON_HEADERS) as resp,
+    ):
+        assert resp.status == 200
+        assert resp.headers["x-replay-gate"] == "stripped=1"
+    (received,) = recording_upstream.received
+    assert received.json() == request_body()
+    assert received.headers["Content-Length"] == str(len(received.body))
+    assert "Transfer-Encoding" not in received.headers
