@@ -175,9 +175,17 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
 
 
 def run_extproc(args: argparse.Namespace) -> int:
-    # Imported here so that no other command loads gRPC and the Envoy protos.
-    from proxy.running.extproc import serve_extproc
-
+    try:
+        # Imported here so that no other command loads gRPC and the Envoy protos.
+        from proxy.running.extproc import serve_extproc
+    except ImportError as exc:
+        missing = (exc.name or "grpc").split(".")[0]
+        print(  # noqa: T201
+            f"replay-proxy: extproc needs grpcio and xds-protos (no module {missing}): "
+            "pip install 'replay-proxy[envoy]'",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,

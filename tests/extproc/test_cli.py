@@ -3,6 +3,8 @@ config it does not use."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from proxy.running.cli import main
@@ -75,3 +77,18 @@ def test_upstream_is_envoys_business(sections: dict[str, object], ignored: int) 
     said = ignored_sections(parse_config(sections))
     assert len(said) == ignored
     assert all(line.startswith("upstream: is set, but behind Envoy") for line in said)
+
+
+@pytest.mark.parametrize("missing", ["grpc", "envoy"])
+def test_without_the_envoy_extra_extproc_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], missing: str
+) -> None:
+    loaded = ("proxy.extproc", "proxy.running.extproc", f"{missing}.")
+    for name in [n for n in sys.modules if n.startswith(loaded)]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, missing, None)  # as if it were not installed
+    assert main(["extproc", "--listen", "127.0.0.1:0"]) == 2
+    assert capsys.readouterr().err == (
+        f"replay-proxy: extproc needs grpcio and xds-protos (no module {missing}): "
+        "pip install 'replay-proxy[envoy]'\n"
+    )
