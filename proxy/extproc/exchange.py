@@ -201,6 +201,18 @@ class Exchange:
         if self.gated is None:
             return ext_proc.ProcessingResponse(request_body=ext_proc.BodyResponse())
         try:
+            if not message.end_of_stream:
+                # A part of the body: Envoy is not configured to buffer gated bodies whole.
+                log.error(
+                    "%s a gated body came in parts: set request_body_mode: BUFFERED",
+                    self.request_id,
+                )
+                raise ProxyError(
+                    500,
+                    "gate_misconfigured",
+                    "the gate must see the whole body; Envoy sent it in parts (request_body_mode "
+                    "must be BUFFERED)",
+                )
             return await self._gate(bytes(message.body))
         except ProxyError as exc:
             return self._immediate(pipeline.answer_to(exc))

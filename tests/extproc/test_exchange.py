@@ -66,8 +66,10 @@ def headers_message(
     )
 
 
-def body_message(data: bytes) -> Any:
-    return ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(body=data, end_of_stream=True))
+def body_message(data: bytes, *, end_of_stream: bool = True) -> Any:
+    return ext_proc.ProcessingRequest(
+        request_body=ext_proc.HttpBody(body=data, end_of_stream=end_of_stream)
+    )
 
 
 def response_headers_message(**headers: str) -> Any:
@@ -381,3 +383,12 @@ async def test_a_bug_once_the_answer_is_on_its_way_ends_the_stream(
     chunk = ext_proc.ProcessingRequest(response_body=ext_proc.HttpBody(body=b"data: {}\n\n"))
     with pytest.raises(Bug):
         await exchange.answer(chunk)
+
+
+async def test_a_body_in_parts_is_refused_not_judged_in_part(front: Front) -> None:
+    """Envoy set to stream request bodies (not BUFFERED): the gate never judges a part."""
+    exchange = Exchange(front)
+    await exchange.answer(headers_message("POST", "/v1/responses"))
+    whole = compact(clean_body())
+    answered = await exchange.answer(body_message(whole, end_of_stream=False))
+    assert described(answered) == ("answer", 500, "gate_misconfigured")
