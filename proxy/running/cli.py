@@ -195,7 +195,10 @@ def run_extproc(args: argparse.Namespace) -> int:
         config = check_config(args)
         asyncio.run(serve_extproc(config, args.listen or config.extproc.listen))
     except ConfigError as exc:
-        print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        said = str(exc)
+        if args.listen is not None:
+            said = said.replace("extproc.listen: ", "--listen: ", 1)
+        print(f"replay-proxy: {said}", file=sys.stderr)  # noqa: T201
         return 2
     return 0
 

@@ -33,12 +33,15 @@ async def serve_extproc(config: Config, listen: str) -> None:
     for warning in ignored_sections(config):
         log.warning("%s", warning)
     async with open_front(config) as front:
-        server = grpc.aio.server()
+        # Without SO_REUSEPORT (gRPC's default is to set it): a port in use is an error, not
+        # a port silently shared with another process.
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         add_to(server, front)
         try:
             port = server.add_insecure_port(listen)
         except RuntimeError as exc:
-            raise ConfigError(f"extproc.listen: cannot listen on {listen}: {exc}") from None
+            reason = str(exc).split(";")[0]  # without gRPC's advice to set GRPC_VERBOSITY
+            raise ConfigError(f"extproc.listen: cannot listen on {listen}: {reason}") from None
         await server.start()
         shown = listen if listen.startswith("unix:") else f"{listen.rpartition(':')[0]}:{port}"
         log.info("ext_proc listening on %s", shown)

@@ -3,7 +3,9 @@ config it does not use."""
 
 from __future__ import annotations
 
+import socket
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,4 +93,23 @@ def test_without_the_envoy_extra_extproc_says_what_to_install(
     assert capsys.readouterr().err == (
         f"replay-proxy: extproc needs grpcio and xds-protos (no module {missing}): "
         "pip install 'replay-proxy[envoy]'\n"
+    )
+
+
+def test_a_port_in_use_is_one_line_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"audit: {{path: {tmp_path / 'audit.jsonl'}}}\n", encoding="utf-8")
+    with socket.socket() as taken:
+        # Held as another processor holds it: with SO_REUSEPORT, which gRPC sets by default
+        # and would then share the port silently.
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        listen = f"127.0.0.1:{port}"
+        assert main(["extproc", "--config", str(config), "--listen", listen]) == 2
+    assert capsys.readouterr().err == (
+        f"replay-proxy: --listen: cannot listen on {listen}: Failed to bind to address {listen}\n"
     )
