@@ -280,29 +280,35 @@ class Exchange:
             mutation.set_headers.append(_header("x-request-id", self.request_id))
         for name, value in self.added.items():
             mutation.set_headers.append(_header(name, value))
+        declared = _one(headers, "content-length")
+        length = int(declared) if declared.isdigit() else None
         if self.recording is not None and not message.end_of_stream:
-            length = _one(headers, "content-length")
             self.tap = self.recording.tap(
                 int(_one(headers, ":status") or 0),
                 _one(headers, "content-type"),
                 ", ".join(headers.get("content-encoding", ())),
-                int(length) if length.isdigit() else None,
+                length,
             )
         mode = _NO_ANSWER_BODY
         if self.tap is not None:
-            # A JSON answer is read whole (one message, and Envoy keeps its Content-Length);
-            # a stream goes by chunk by chunk.
-            mode = None if self.tap.sse else _WHOLE_ANSWER_BODY
-            if mode is not None and length.isdigit():
-                # Envoy drops the answer's Content-Length when it hands the body to a
-                # processor; read whole and unchanged, the body keeps the length it came with.
-                mutation.set_headers.append(_header("content-length", length))
+            mode = None  # streamed: chunk by chunk (SSE, or an answer of unknown or large size)
+            if not self.tap.sse and length is not None and length <= self.recording_limit():
+                # A JSON answer within the limit is read whole: one message, and Envoy, which
+                # drops an answer's Content-Length when it hands the body to a processor, gets
+                # it back (the body goes on unchanged).
+                mode = _WHOLE_ANSWER_BODY
+                mutation.set_headers.append(_header("content-length", declared))
         return ext_proc.ProcessingResponse(
             response_headers=ext_proc.HeadersResponse(
                 response=ext_proc.CommonResponse(header_mutation=mutation)
             ),
             mode_override=mode,
         )
+
+    def recording_limit(self) -> int:
+        """The most of an answer read whole: `limits.max_body_bytes`, which Envoy's buffer
+        limit is sized for."""
+        return self.front.config.limits.max_body_bytes
 
     async def _response_body(self, message: Any) -> Any:
         tap = self.tap

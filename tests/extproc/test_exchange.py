@@ -276,6 +276,18 @@ ANSWERS = [
     ),
     pytest.param(
         compact(clean_body()),
+        {":status": "200", "content_type": "application/json", "content_length": str(LIMIT + 1)},
+        ("continue", {}, [], None, None),
+        id="json-too-large-to-read-whole-streamed",
+    ),
+    pytest.param(
+        compact(clean_body()),
+        {":status": "200", "content_type": "application/json"},
+        ("continue", {}, [], None, None),
+        id="json-of-unknown-length-streamed",
+    ),
+    pytest.param(
+        compact(clean_body()),
         {":status": "200", "content_type": "text/event-stream"},
         ("continue", {}, [], None, None),
         id="sse-streamed",
@@ -294,7 +306,7 @@ ANSWERS = [
             {"x-replay-gate": "stripped=1", "x-upstream-request-id": "theirs"},
             [],
             None,
-            "whole",
+            None,
         ),
         id="finding-named-upstream-id-moved",
     ),
