@@ -21,7 +21,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 
 from proxy.admission import body, pipeline, targets
-from proxy.admission.tap import Recording, ResponseTap, readable_accept_encoding
+from proxy.admission.codings import readable_accept_encoding
+from proxy.admission.tap import Recording, ResponseTap
 from proxy.admission.tenants import tenant_for
 from proxy.config import Config
 from proxy.gate.caches import GateCaches

@@ -14,11 +14,11 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
 from proxy.admission import body, pipeline, targets
-from proxy.admission.tap import Recording, readable_accept_encoding
+from proxy.admission.tap import Recording
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server.clients import tenant_of
-from proxy.server.headers import body_headers_named, upstream_headers
+from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
 from proxy.server.keys import AUDIT, IN_FORCE, LEDGER, METRICS, REQUEST_ID, new_request_id
 from proxy.server.upstream import UpstreamError, not_utf8, upstream_failure

@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+# The codings the tap can read, which every front that records answers asks the upstream for.
+from proxy.admission.codings import READABLE_CODINGS as READABLE_CODINGS
+from proxy.admission.codings import readable_accept_encoding as readable_accept_encoding
+
 if TYPE_CHECKING:
     # Only a type here: the upstream hop that reads these rules must not load the gate.
     from proxy.config import Config

@@ -10,7 +10,8 @@ from typing import Any
 import brotli
 import pytest
 
-from proxy.admission.tap import ResponseTap, readable_accept_encoding
+from proxy.admission.tap import ResponseTap
+from proxy.server.headers import readable_accept_encoding
 from proxy.state.ledger import Ledger
 from proxy.state.stores import MemoryStore
 
