@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import extproc_cost
 import yaml
 from host import ROOT, Others, describe, process_cpu_seconds
 from report import median, table, write_section
@@ -202,7 +203,9 @@ def main() -> int:
                     url, pids = targets[name]
                     measured = run(scripts[body.name], url, pids, served, args.connections, seconds)
                     results.setdefault((body.name, name), []).append(measured)
-    text = render(chosen, results, rounds, seconds, args.connections, time.monotonic() - began)
+    in_process = extproc_cost.costs(("small", "10 pairs"))
+    took_s = time.monotonic() - began
+    text = render(chosen, results, rounds, seconds, args.connections, took_s, in_process)
     write_section("envoy", text)
     sys.stdout.write(text)
     return 0
@@ -215,6 +218,7 @@ def render(
     seconds: int,
     connections: int,
     took_s: float,
+    in_process: dict[str, float],
 ) -> str:
     rows = []
     for body in chosen:
@@ -287,7 +291,12 @@ def render(
         f"took at most {others:.2f} cores during a run.\n\n"
         + table(headers, rows)
         + "\nThe goal of issue 14, Envoy + processor below `serve` in CPU per request on the "
-        "small and 10-pair bodies:\n\n" + "\n".join(verdicts) + "\n"
+        "small and 10-pair bodies:\n\n"
+        + "\n".join(verdicts)
+        + "\n\nThe processor's own work without gRPC (`bench/extproc_cost.py`: the four "
+        "messages of a request answered in-process, admission and ledger included): "
+        + ", ".join(f"{us:,.0f} µs per request for {name}" for name, us in in_process.items())
+        + ". The rest of its share is grpcio's asyncio server.\n"
     )
 
 
