@@ -14,6 +14,7 @@ from proxy.settings import (
     Audit,
     Client,
     ConfigError,
+    Extproc,
     Ledger,
     Limits,
     Listen,
@@ -101,6 +102,8 @@ class Config:
                 )
         object.__setattr__(self, "upstream_named", named)
         object.__setattr__(self, "routing", routing)
+
+    extproc: Extproc = field(default_factory=Extproc)
 
     def with_secrets(self, environ: Mapping[str, str]) -> Config:
         """The config with what it takes from the environment: each upstream's `api_key` from

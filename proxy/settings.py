@@ -189,6 +189,33 @@ class Client:
 
 
 @dataclass(frozen=True)
+class Extproc:
+    """`replay-proxy extproc`: where the External Processor listens for Envoy's gRPC streams,
+    `HOST:PORT` (`[::1]:PORT` for IPv6; port 0 = any free one) or `unix:PATH`."""
+
+    listen: str = "127.0.0.1:9002"
+
+    def __post_init__(self) -> None:
+        problem = listen_problem(self.listen)
+        if problem is not None:
+            raise ValueError(f"listen: {problem}")
+
+
+def listen_problem(address: str) -> str | None:
+    """Why `address` is not `HOST:PORT` or `unix:PATH`; None when it is one."""
+    if address.startswith("unix:"):
+        return None if address[5:] else f"{address!r} names no socket path after unix:"
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or host in ("[]",):
+        return f"{address!r} is not HOST:PORT or unix:PATH"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"{address!r}: the port must be 0 to 65535 (0 = any free one)"
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return f"{address!r}: an IPv6 address goes in brackets ([::1]:PORT)"
+    return None
+
+
+@dataclass(frozen=True)
 class Audit:
     path: str = "-"
     include_arguments: bool = False

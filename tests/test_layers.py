@@ -60,6 +60,10 @@ def loaded(module: str) -> set[str]:
         pytest.param("proxy.server.upstream", ["jsonschema", "regex", "yaml"], id="upstream"),
         # The pipeline every front calls: a third front must not need the first two's stack.
         pytest.param("proxy.admission.pipeline", HTTP_STACK, id="admission"),
+        # The third front: gRPC and the Envoy protos, never the HTTP front's stack.
+        pytest.param("proxy.extproc.service", HTTP_STACK, id="extproc"),
+        # Who a client is, read by every front: no HTTP stack to read a credential.
+        pytest.param("proxy.admission.tenants", HTTP_STACK, id="tenants"),
         # `replay-proxy check` must not pay for the server it does not run.
         pytest.param("proxy.running.cli", HTTP_STACK, id="cli"),
     ],
@@ -95,9 +99,20 @@ LAYERS: dict[str, frozenset[str]] = {
             "proxy.config",
         }
     ),
+    "proxy.extproc": frozenset(
+        {
+            "proxy.extproc",
+            "proxy.admission",
+            "proxy.state",
+            "proxy.gate",
+            "proxy.settings",
+            "proxy.config",
+        }
+    ),
     "proxy.running": frozenset(
         {
             "proxy.running",
+            "proxy.extproc",
             "proxy.server",
             "proxy.admission",
             "proxy.state",

@@ -1,5 +1,5 @@
-"""replay-proxy command line: serve | check | config check/defaults | hash-key | audit verify |
-report | tail."""
+"""replay-proxy command line: serve | extproc | check | config check/defaults | hash-key |
+audit verify | report | tail."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from proxy.running.documents import WRAPPERS, iter_documents
 from proxy.running.documents import Unreadable as UnreadableInput
 from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
 from proxy.running.report_html import render_html
-from proxy.settings import LOG_FORMATS, ConfigError
+from proxy.settings import LOG_FORMATS, ConfigError, listen_problem
 from proxy.state.audit import GENESIS, verify
 from proxy.state.workers import WorkerSlot
 
@@ -83,6 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Given by the supervisor of `--workers N` to each worker (proxy.state.workers).
     serve.add_argument("--worker-slot", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--worker-dir", help=argparse.SUPPRESS)
+
+    extproc = commands.add_parser("extproc", help="run the gate as Envoy's External Processor")
+    extproc.add_argument("--config", help="the YAML config file (the same as serve's)")
+    extproc.add_argument(
+        "--listen", type=listen_address, help="HOST:PORT or unix:PATH (overrides extproc.listen)"
+    )
+    extproc.add_argument(
+        "--log-level", type=log_level, default="INFO", help=f"log level: {', '.join(_LEVELS)}"
+    )
 
     check = commands.add_parser(
         "check",
@@ -147,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_audit_report(args.files, html=args.html)
     if args.command == "audit":
         return run_audit_verify(args.files, args.prev)
+    if args.command == "extproc":
+        return run_extproc(args)
     try:
         config = serve_config(args) if args.command == "serve" else check_config(args)
     except ConfigError as exc:
@@ -225,6 +236,35 @@ def _failed(args: argparse.Namespace, reason: str) -> None:
     if worker is not None:
         with suppress(OSError):  # the supervisor is gone: no one to tell
             worker.failed(reason)
+
+
+def run_extproc(args: argparse.Namespace) -> int:
+    try:
+        # Imported here so that no other command loads gRPC and the Envoy protos.
+        from proxy.running.extproc import serve_extproc
+    except ImportError as exc:
+        missing = (exc.name or "grpc").split(".")[0]
+        print(  # noqa: T201
+            f"replay-proxy: extproc needs grpcio and xds-protos (no module {missing}): "
+            "pip install 'replay-proxy[envoy]'",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )
+    try:
+        config = check_config(args)
+        asyncio.run(serve_extproc(config, args.listen or config.extproc.listen))
+    except ConfigError as exc:
+        said = str(exc)
+        if args.listen is not None:
+            said = said.replace("extproc.listen: ", "--listen: ", 1)
+        print(f"replay-proxy: {said}", file=sys.stderr)  # noqa: T201
+        return 2
+    return 0
 
 
 # The flags that stand for a config key: a start-up failure of a key set by its flag names it.
@@ -381,6 +421,14 @@ def port(value: str) -> int:
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port (0 to 65535; 0 = any free one)")
     return number
+
+
+def listen_address(value: str) -> str:
+    """An argparse type: HOST:PORT or unix:PATH, for `extproc --listen`."""
+    problem = listen_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def host(value: str) -> str:

@@ -19,6 +19,7 @@ from proxy.settings import (
     Audit,
     Client,
     ConfigError,
+    Extproc,
     Ledger,
     Limits,
     Listen,
@@ -199,6 +200,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "service_name": {"type": "string", "minLength": 1},
             }
         ),
+        "extproc": _object({"listen": {"type": "string", "minLength": 1}}),
     }
 )
 
@@ -264,6 +266,7 @@ MEANINGS: dict[str, str] = {
     "tracing.endpoint": "the collector's OTLP/HTTP traces URL (default: OTEL_EXPORTER_OTLP_* "
     "environment, else http://localhost:4318/v1/traces)",
     "tracing.service_name": "the service.name the spans carry",
+    "extproc.listen": "`replay-proxy extproc`: HOST:PORT or unix:PATH for Envoy's gRPC streams",
 }
 
 # Where a key's default lives when it is not at the same path of Config().
@@ -328,6 +331,7 @@ def parse_config(data: Any) -> Config:
         ("admin", Admin),
         ("log", Log),
         ("tracing", Tracing),
+        ("extproc", Extproc),
     ):
         try:
             sections[name] = cls(**data.get(name, {}))

@@ -2,37 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-
 from multidict import CIMultiDictProxy
 
+from proxy.admission.tenants import tenant_for
 from proxy.config import Config
-from proxy.gate.errors import ProxyError
-from proxy.state import audit
 
 
 def tenant_of(headers: CIMultiDictProxy[str], config: Config) -> str | None:
     """The tenant a request acts for: the name of its client when the config lists clients
     (a ProxyError 401 without a listed key), else a fingerprint of its credential."""
-    credential = headers.get("Authorization") or headers.get("api-key")
-    if not config.clients:
-        return audit.tenant_of(credential)
-    key = credential or ""
-    if key[:7].lower() == "bearer ":
-        key = key[7:].strip()
-    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-    found = None
-    for client in config.clients:
-        # Every entry is compared, in constant time, whatever matches.
-        if hmac.compare_digest(digest, client.key_sha256) and key:
-            found = client.name
-    if found is None:
-        raise ProxyError(
-            401,
-            "invalid_api_key",
-            "a valid API key for this proxy is required",
-            headers={"WWW-Authenticate": "Bearer"},
-            type="authentication_error",
-        )
-    return found
+    return tenant_for(headers.get("Authorization") or headers.get("api-key"), config)

@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+# The codings the tap can read, which every front that records answers asks the upstream for.
+from proxy.admission.codings import READABLE_CODINGS as READABLE_CODINGS
+from proxy.admission.codings import readable_accept_encoding as readable_accept_encoding
+
 if TYPE_CHECKING:
     # Only a type here: the upstream hop that reads these rules must not load the gate.
     from proxy import settings
@@ -101,18 +105,3 @@ WEBSOCKET_OWN = frozenset(
         "sec-websocket-accept",
     }
 )
-
-
-# The content codings the tap can read; an upstream is asked for no other on a recorded route.
-READABLE_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "br", "identity"})
-
-
-def readable_accept_encoding(accept_encoding: str) -> str:
-    """The client's Accept-Encoding without the codings the tap cannot read (`*` included),
-    so that every answer it must record comes in one it can; `identity` if none is left."""
-    kept = [
-        token.strip()
-        for token in accept_encoding.split(",")
-        if token.split(";")[0].strip().lower() in READABLE_CODINGS
-    ]
-    return ", ".join(kept) or "identity"

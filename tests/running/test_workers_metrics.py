@@ -77,7 +77,8 @@ async def test_every_scrape_of_either_worker_reads_the_whole_service(
         assert set(scrapes) == set(sent)
         texts = [text for texts in scrapes.values() for text in texts]
 
-        assert {metric(t, REQUESTS, route="responses", outcome="forward") for t in texts} == {total}
+        forwarded = {"route": "responses", "outcome": "forward", "upstream": "default"}
+        assert {metric(t, REQUESTS, **forwarded) for t in texts} == {total}
         assert {metric(t, "replay_proxy_gate_seconds_count") for t in texts} == {total}
         upstream = {"upstream": "default", "route": "responses", "status": "200"}
         assert {metric(t, "replay_proxy_upstream_answers_total", **upstream) for t in texts} == {

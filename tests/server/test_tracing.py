@@ -265,18 +265,6 @@ def test_tracing_enabled_without_opentelemetry_names_the_extra(tmp_path: Path) -
     )
 
 
-def _exporter_loads() -> str | None:
-    """Why the OTLP/HTTP exporter does not load here, or None. xds-protos (the `envoy` extra)
-    ships an older copy of opentelemetry-proto's generated modules over the real ones when it
-    is installed after them."""
-    try:
-        import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
-    except ImportError as exc:
-        return str(exc)
-    return None
-
-
-@pytest.mark.skipif(_exporter_loads() is not None, reason=f"OTLP exporter: {_exporter_loads()}")
 async def test_spans_reach_a_collector_at_tracing_endpoint(
     tmp_path: Path, recording_upstream: RecordingUpstream, client: aiohttp.ClientSession
 ) -> None:
