@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from proxy.gate.policy import Policy
+from proxy.gate.portable import ItemSchemas, PortableCache, item_schemas
 from proxy.gate.schemas import LRU, SchemaCache, Violation
 
 VerdictKey = tuple[tuple[int, ...], str]
@@ -10,13 +11,17 @@ CachedVerdict = tuple[str, tuple[Violation, ...], tuple[str, ...]] | str
 
 
 class GateCaches:
-    """The mutable memory `inspect` fills: each distinct request schema compiled once, and the
-    verdict on each (schemas, arguments) pair. The fronts own one per policy in force (a new
+    """The mutable memory `inspect` fills: each distinct request schema compiled once, the
+    verdict on each (schemas, arguments) pair, and on each item checked against the spec's
+    item schemas (`not_portable`). The fronts own one per policy in force (a new
     policy gets new caches) and pass it down; `Policy` itself stays frozen."""
 
     def __init__(self, max_verdicts: int = 65536, schemas: SchemaCache | None = None) -> None:
         self.schemas = SchemaCache() if schemas is None else schemas
         self.verdicts: LRU[VerdictKey, CachedVerdict] = LRU(max_verdicts)
+        self.portable: PortableCache = LRU(max_verdicts)
+        # Compiled once per process; asked for here, so that it is before the first request.
+        self.item_schemas: ItemSchemas = item_schemas()
 
     @classmethod
     def for_policy(cls, policy: Policy, schemas: SchemaCache | None = None) -> GateCaches:

@@ -119,6 +119,14 @@ def is_namespaced(item_type: Any) -> bool:
     return not isinstance(item_type, str) or ":" in item_type
 
 
+def vendor_of(item_type: Any) -> str | None:
+    """The vendor slug a type carries (`acme` of `acme:search_call`, before the first colon);
+    None for a type without one, or that is not a string."""
+    if not isinstance(item_type, str) or ":" not in item_type:
+        return None
+    return item_type.partition(":")[0]
+
+
 def tool_schemas(tools: Any) -> list[tuple[str, Any]]:
     """(name, parameters) of each function tool in a request's `tools`.
 

@@ -130,11 +130,20 @@ def _provenance(f: Finding) -> str:
 
 
 def _foreign_item(f: Finding) -> str:
-    return "the item's type carries another vendor's slug than the upstream's: it is not portable"
+    shown = f" ({f.item_type})" if f.item_type else ""
+    return (
+        f"the item's type carries another vendor's slug than the upstream's{shown}: it is not "
+        "portable"
+    )
 
 
 def _not_portable(f: Finding) -> str:
-    return "the call or its output breaks the spec's item schema (call_id, name, field types)"
+    said = "the call or its output breaks the spec's item schema (call_id, name, field types)"
+    if not f.fail:
+        return said
+    item = f.item_type or "call"
+    phrases = "; ".join(_phrase(v) for v in f.fail)
+    return f"the {item} breaks the spec's item schema (a server may refuse it): {phrases}"
 
 
 _SAY: dict[str, Callable[[Finding], str]] = {

@@ -28,6 +28,7 @@ REASONS = (
     "provenance",
     "namespaced",
     "not_function_call",
+    "not_portable",
     "status",
     "arguments_type",
     "arguments_parse",
@@ -42,13 +43,17 @@ AMBIGUOUS_ITEM = "ambiguous_item"
 
 UNKNOWN_REFERENCE = "unknown_reference"
 
-ITEM_REASONS = (ENVELOPE, AMBIGUOUS_ITEM, UNKNOWN_REFERENCE)
+# An item whose `type` carries another vendor's slug than the target upstream's `vendor`.
+FOREIGN_ITEM = "foreign_item"
+
+ITEM_REASONS = (ENVELOPE, AMBIGUOUS_ITEM, UNKNOWN_REFERENCE, FOREIGN_ITEM)
 
 ALL_REASONS = (*REASONS, *ITEM_REASONS)
 
-# Reasons whose output has no call to tell the model about (or whose item is not an output):
-# `rewrite` cannot be their action. Under `action: rewrite` they are blocked.
-NOT_REWRITTEN = ("orphan", "duplicate_call_id", *ITEM_REASONS)
+# Reasons whose output has no call to tell the model about (or whose item is not an output),
+# and `not_portable`, whose pair a rewritten output would not make portable (the call stays as
+# it was): `rewrite` cannot be their action. Under `action: rewrite` they are blocked.
+NOT_REWRITTEN = ("orphan", "duplicate_call_id", "not_portable", *ITEM_REASONS)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,12 @@ class Policy:
                     f"actions.{reason}: rewrite is not an action for {reason}: there is no call "
                     "whose failure its output could carry (block, strip or log)"
                 )
+        if self.vendor is not None and (
+            not isinstance(self.vendor, str) or not self.vendor or ":" in self.vendor
+        ):
+            raise ValueError(
+                f"vendor: {self.vendor!r} is not a vendor slug (a name without a colon)"
+            )
         if not self.validation_timeout_s > 0:
             raise ValueError(f"validation_timeout_s: {self.validation_timeout_s!r} is not positive")
         if isinstance(self.schema_limits, Mapping):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 
 from proxy.gate import items
+from proxy.gate.acceptor import Steps
 from proxy.gate.arguments import TIMEOUTS, check_arguments
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
@@ -20,16 +22,31 @@ from proxy.gate.pairing import NOTHING_RECORDED, Pairing, Recorded
 from proxy.gate.policy import (
     AMBIGUOUS_ITEM,
     ENVELOPE,
+    FOREIGN_ITEM,
     ITEM_REASONS,
     UNKNOWN_REFERENCE,
     Action,
     Outcome,
     Policy,
 )
+from proxy.gate.portable import QUICK_STEPS
 from proxy.gate.schemas import (
     Compiled,
     Violation,
 )
+
+NOT_PORTABLE = "not_portable"
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A reason the paired call fails with what failed: the violations (of the arguments'
+    schema, or of the spec's item schema), the properties that passed, the failing item."""
+
+    reason: str
+    fail: tuple[Violation, ...]
+    passed: tuple[str, ...] = ()
+    item_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +65,9 @@ class Finding:
     reference: str | None = None
     # The top-level properties of the arguments that passed their schema.
     passed: tuple[str, ...] = ()
+    # The `type` of the item the finding is about, where the output's paired call does not say
+    # it: a foreign item's; for `not_portable`, which of the pair breaks the spec's schema.
+    item_type: str | None = None
     # What the paired item shows of the reason, in words (`messages.detail_of`): "status is
     # missing", the item's type.
     detail: str | None = None
@@ -65,6 +85,11 @@ class Finding:
             found["fail"] = [v.as_dict() for v in self.fail]
         if self.reason == UNKNOWN_REFERENCE:
             found["id"] = self.reference
+        if self.reason == NOT_PORTABLE:
+            found["type"] = self.item_type
+            found["fail"] = [v.as_dict() for v in self.fail]
+        if self.reason == FOREIGN_ITEM:
+            found["type"] = self.item_type
         if include_arguments:
             found["arguments"] = self.arguments
         return found
@@ -82,13 +107,21 @@ class Finding:
         if self.reason == UNKNOWN_REFERENCE:
             named = f" {self.reference}" if self.reference is not None else ""
             return f"{where}: item_reference{named} names no item the proxy relayed: {self.reason}"
+        if self.reason == FOREIGN_ITEM:
+            return (
+                f"{where}: {self.item_type} is another vendor's item, not portable to this "
+                f"upstream: {self.reason}"
+            )
+        subject = "paired function_call"
+        if self.reason == NOT_PORTABLE and self.item_type == items.FUNCTION_CALL_OUTPUT:
+            subject = "the function_call_output"
         detail = self.reason
         if self.fail:
             detail += " at " + ", ".join(
                 f"{v.path or '/'} ({v.reason}{': ' + v.message if v.message else ''})"
                 for v in self.fail
             )
-        return f"{where}: paired function_call failed the replay gate: {detail}"
+        return f"{where}: {subject} failed the replay gate: {detail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +189,7 @@ class _Inspection:
         self.request_schemas: dict[str, list[Any]] | None = None
         self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
         self.allowance = Allowance(policy.validation_timeout_s)
+        self.steps = Steps(QUICK_STEPS)
         self.pairing = Pairing(input_items, recorded)
 
     def run(self) -> Verdict:
@@ -179,6 +213,11 @@ class _Inspection:
             elif index in self.pairing.unknown:
                 unknown = self.finding(index, None, UNKNOWN_REFERENCE)
                 findings.append(replace(unknown, reference=items.reference_id(item)))
+            foreign = self.foreign(index, item)
+            if foreign is not None:
+                findings.append(foreign)
+                if foreign.action == "strip" and self.answered_upstream(index):
+                    upstream_only.add(index)
             # An output that also carries an envelope key is still gated: the envelope's action
             # (say `log`) must not let its call past a stricter reason's action.
             if self.pairing.kinds[index] == items.FUNCTION_CALL_OUTPUT:
@@ -223,6 +262,33 @@ class _Inspection:
             arguments,
         )
 
+    def foreign(self, index: int, item: Any) -> Finding | None:
+        """An item typed with another vendor's slug than the target's; None when the target's
+        vendor is not known, or the item is native or carries no slug."""
+        vendor = self.policy.vendor
+        if vendor is None or not isinstance(item, dict):
+            return None
+        item_type = item.get("type")
+        slug = items.vendor_of(item_type)
+        if slug is None or slug == vendor:
+            return None
+        call_id = item.get("call_id")
+        found = self.finding(index, call_id if isinstance(call_id, str) else None, FOREIGN_ITEM)
+        return replace(found, item_type=item_type)
+
+    def answers(self, index: int) -> list[int]:
+        """The outputs after the item at `index` that answer it (by its pairing key)."""
+        key = items.pairing_key(self.input[index])
+        found = self.pairing.outputs.get(key, []) if key is not None else []
+        return found[bisect_right(found, index) :]
+
+    def answered_upstream(self, index: int) -> bool:
+        """Whether stripping the item at `index` with the outputs that answer it would leave a
+        call that lives upstream with its output gone."""
+        return bool(self.answers(index)) and self.pairing.pairs_upstream(
+            items.pairing_key(self.input[index])
+        )
+
     def check_output(self, index: int, output: Item) -> Finding | None:
         call_id = items.output_call_id(output)
         if call_id is None:
@@ -248,23 +314,21 @@ class _Inspection:
             return self.finding(
                 index, call_id, "duplicate_call_id", paired_index, name, arguments=arguments
             )
-        reason = self.check_call(call, recorded=not inline)
+        reason = self.check_call(call, output, recorded=not inline)
         if reason is None:
             return None
-        if isinstance(reason, tuple):
-            schema_failed = self.finding(
-                index, call_id, "arguments_schema", paired_index, name, reason[0], arguments
+        if isinstance(reason, Failed):
+            failed = self.finding(
+                index, call_id, reason.reason, paired_index, name, reason.fail, arguments
             )
-            return replace(schema_failed, passed=reason[1])
+            return replace(failed, passed=reason.passed, item_type=reason.item_type)
         found = self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
         emitted = self.recorded.emitted_statuses(call) if reason == "status" else ()
         return replace(found, detail=detail_of(reason, call, emitted))
 
-    def check_call(
-        self, call: Item, *, recorded: bool
-    ) -> str | tuple[tuple[Violation, ...], tuple[str, ...]] | None:
-        """The first reason the paired item fails, schema violations (with the properties that
-        passed), or None when it passes.
+    def check_call(self, call: Item, output: Item, *, recorded: bool) -> str | Failed | None:
+        """The first reason the paired item (or, for `not_portable`, its output) fails, with
+        what failed where there is more to say than the reason, or None when it passes.
 
         A `recorded` call (read from the ledger, not sent inline) whose tool neither the config
         pins nor the request offers is judged by the schema of its own tool, recorded with it.
@@ -284,6 +348,11 @@ class _Inspection:
             return "namespaced"
         if item_type != items.FUNCTION_CALL:
             return "not_function_call"
+        unportable = self.caches.item_schemas.check_pair(
+            call, output, self.caches.portable, self.allowance, self.steps
+        )
+        if unportable is not None:
+            return Failed(NOT_PORTABLE, unportable[1], item_type=unportable[0])
         if status is None and emitted:
             # A call replayed without its status is judged by the status the proxy relayed it
             # with; when it was relayed with several, by none of them.
@@ -307,7 +376,7 @@ class _Inspection:
                 self.caches.verdicts.put((key, arguments), cached)
         if cached == "ok":
             return None
-        return (cached[1], cached[2]) if isinstance(cached, tuple) else cached
+        return Failed(*cached) if isinstance(cached, tuple) else cached
 
     def schemas_for(self, name: str) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
         """The pinned schema, else every `tools[].parameters` of that name in the request; and
@@ -369,7 +438,10 @@ class _Inspection:
         for f in findings:
             if f.action == "strip":
                 removed.add(f.index)
-                if f.reason not in ITEM_REASONS and f.call_id is not None:
+                if f.reason == FOREIGN_ITEM:
+                    # Its outputs go with it, wherever their own findings send them.
+                    removed.update(self.answers(f.index))
+                elif f.reason not in ITEM_REASONS and f.call_id is not None:
                     latest[f.call_id] = max(latest.get(f.call_id, f.index), f.index)
         return self.pairing.without(removed, latest)
 

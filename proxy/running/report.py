@@ -227,7 +227,8 @@ def summarize(files: Iterable[str], entries: Iterable[Entry | Unreadable]) -> Su
         for f, reason, tool in zip(found, found_reasons, found_tools, strict=True):
             tool_reasons.setdefault(tool, Counter())[reason] += 1
             paths = tool_paths.setdefault(tool, Counter())
-            for violation in f.get("fail") or []:
+            # Other reasons' violations (not_portable's) are of an item, not of the arguments.
+            for violation in (f.get("fail") or []) if reason == "arguments_schema" else []:
                 if isinstance(violation, dict):
                     where = (key(violation.get("path")), key(violation.get("reason")))
                     paths[where] += 1

@@ -11,6 +11,9 @@ from proxy.gate.verdict import inspect
 from tests.builders import call, message, output, request
 from tests.gate.ledger_double import Ledger
 
+# A call_id over the spec's 64 characters.
+LONG = "c" * 65
+
 # The first failing check wins: each row fails the expected reason and every later one.
 ORDER = [
     pytest.param(
@@ -38,10 +41,28 @@ ORDER = [
         id="namespaced-before-status",
     ),
     pytest.param(
+        [call(LONG, {"x": 1}, name="a b", type="acme:x", status="x"), output(LONG)],
+        {},
+        "namespaced",
+        id="namespaced-before-not-portable",
+    ),
+    pytest.param(
         [message("hi") | {"type": "message", "call_id": "c", "arguments": 5}, output("c")],
         {},
         "not_function_call",
         id="not-function-call-before-status",
+    ),
+    pytest.param(
+        [message("hi") | {"type": "message", "call_id": LONG, "name": "a b"}, output(LONG)],
+        {},
+        "not_function_call",
+        id="not-function-call-before-not-portable",
+    ),
+    pytest.param(
+        [call(LONG, {"x": 1}, name="no pe", status="in_progress"), output(LONG)],
+        {},
+        "not_portable",
+        id="not-portable-before-status",
     ),
     pytest.param(
         [call("c", {"x": 1}, name="nope", status="in_progress"), output("c")],

@@ -219,6 +219,7 @@ def policies(actions: Sequence[str] = ACTIONS) -> st.SearchStrategy[Policy]:
         ),
         allow_missing_status=st.booleans(),
         require_provenance=mostly(st.just(False), st.just(True)),
+        vendor=st.sampled_from([None, "acme", "openai"]),
         tools=PINNED,
     )
 

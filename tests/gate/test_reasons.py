@@ -292,9 +292,10 @@ REASONS = [
         0,
         id="ut-not-in-tools",
     ),
-    pytest.param([call("c", name=5), output("c")], {}, None, "unknown_tool", 0, id="ut-name-num"),
+    # A name that is not a string breaks the spec's item schema before any tool is looked up.
+    pytest.param([call("c", name=5), output("c")], {}, None, "not_portable", 0, id="np-name-num"),
     pytest.param(
-        [call("c", name=None), output("c")], {}, None, "unknown_tool", 0, id="ut-name-null"
+        [call("c", name=None), output("c")], {}, None, "not_portable", 0, id="np-name-null"
     ),
     # arguments_schema
     pytest.param([call("c", GLOBAL), output("c")], {}, None, "arguments_schema", 0, id="as-enum"),

@@ -351,7 +351,6 @@ async def test_materialize_needs_the_whole_chain(
 SEARCH_CALL = {"type": "acme:search_call", "id": "sc_1", "status": "completed", "query": "q"}
 
 
-@pytest.mark.xfail(strict=True, reason="foreign_item: the gate part")
 @pytest.mark.parametrize("action", ["block", "strip"])
 async def test_a_vendor_item_goes_home_untouched_and_never_abroad(
     recording_upstream: RecordingUpstream,
@@ -366,6 +365,14 @@ async def test_a_vendor_item_goes_home_untouched_and_never_abroad(
             assert home.status == 200
         async with client.post(base + "/v1/responses", json=body) as abroad:
             assert abroad.status == (400 if action == "block" else 200)
+            answer = await abroad.json()
+    if action == "block":
+        [finding] = answer["error"]["findings"]
+        assert (finding["index"], finding["reason"], finding["type"]) == (
+            1,
+            "foreign_item",
+            "acme:search_call",
+        )
     at_home = recording_upstream.received[0].json()
     assert at_home["input"][1] == SEARCH_CALL
     if action == "strip":
