@@ -108,6 +108,8 @@ ENCODE: dict[str, Callable[[bytes], bytes]] = {
     "deflate": zlib.compress,
     "br": brotli.compress,
 }
+# The sentence of the region enum violation, as every finding carries it.
+REGION_MESSAGE = "region failed schema: expected one of apac, emea, amer"
 FINDING = {
     "index": 2,
     "call_id": "call_1",
@@ -116,6 +118,7 @@ FINDING = {
     "reason": "arguments_schema",
     "pass": [],
     "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
+    "message": REGION_MESSAGE,
 }
 UPSTREAM_ANSWER = {"object": "response", "id": "resp_1", "output": []}
 

@@ -17,7 +17,7 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
 from proxy.gate.failure import failure_output
 from proxy.gate.items import Item
-from proxy.gate.messages import detail_of
+from proxy.gate.messages import detail_of, message
 from proxy.gate.pairing import NOTHING_RECORDED, Pairing, Recorded
 from proxy.gate.policy import (
     AMBIGUOUS_ITEM,
@@ -92,6 +92,7 @@ class Finding:
             found["type"] = self.item_type
         if include_arguments:
             found["arguments"] = self.arguments
+        found["message"] = message(self)  # the reason in one sentence, as `check` prints it
         return found
 
     def describe(self) -> str:

@@ -44,6 +44,10 @@ def test_envelope(input_items: list[Any], index: int, call_id: str | None) -> No
         "paired_index": None,
         "name": None,
         "reason": "envelope",
+        "message": (
+            "a Chat Completions message (role: tool, tool_calls or tool_call_id) inside input: "
+            "Open Responses carries function_call and function_call_output items instead"
+        ),
     }
     assert verdict.outcome == "block"
 

@@ -86,6 +86,10 @@ def test_finding_names_the_type() -> None:
         "name": None,
         "reason": "foreign_item",
         "type": "acme:tool_call",
+        "message": (
+            "the item's type carries another vendor's slug than the upstream's (acme:tool_call): "
+            "it is not portable"
+        ),
     }
     assert rejection(verdict)["error"]["message"] == (
         "input[1] (call_id c7): acme:tool_call is another vendor's item, not portable to this "

@@ -318,6 +318,7 @@ def test_unknown_reference_names_its_id() -> None:
         "name": None,
         "reason": "unknown_reference",
         "id": "fco_1",
+        "message": "item_reference fco_1 names no item the proxy relayed",
     }
     assert rejection(verdict)["error"]["message"] == (
         "input[1]: item_reference fco_1 names no item the proxy relayed: unknown_reference"
@@ -372,6 +373,7 @@ def test_finding_names_the_call() -> None:
         "reason": "arguments_schema",
         "pass": [],
         "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
+        "message": "region failed schema: expected one of apac, emea, amer",
     }
 
 

@@ -60,6 +60,8 @@ def test_rejection_matches_the_design_example() -> None:
                     "fail": [
                         {"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}
                     ],
+                    # Beyond DESIGN's example: every finding says itself in one sentence.
+                    "message": "region failed schema: expected one of apac, emea, amer",
                 }
             ],
         }

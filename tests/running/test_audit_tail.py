@@ -28,13 +28,13 @@ SALES = "input[2] (call_id call_1) get_latest_sales_report"
     [
         pytest.param(
             Entry("a", 1, audit_record()),
-            [f"{HEAD}: {SALES}: arguments_schema at /region (enum)"],
+            [f"{HEAD}: {SALES}: region failed schema: expected one of apac, emea, amer"],
             id="schema",
         ),
         pytest.param(
             Entry("a", 1, audit_record("2026-11-29T09:04:59.897Z", FINDING, orphan_finding())),
             [
-                f"{HEAD}: {SALES}: arguments_schema at /region (enum)",
+                f"{HEAD}: {SALES}: region failed schema: expected one of apac, emea, amer",
                 f"{HEAD}: input[1] (call_id call_9): orphan",
             ],
             id="a-line-per-finding",
@@ -44,7 +44,7 @@ SALES = "input[2] (call_id call_1) get_latest_sales_report"
             [
                 (
                     f"{HEAD.removesuffix(' tenant t_0123456789abcdef')} upstream openai: "
-                    f"{SALES}: arguments_schema at /region (enum)"
+                    f"{SALES}: region failed schema: expected one of apac, emea, amer"
                 )
             ],
             id="upstream-and-no-tenant",
@@ -54,7 +54,7 @@ SALES = "input[2] (call_id call_1) get_latest_sales_report"
             [
                 (
                     f"{HEAD.removesuffix(' tenant t_0123456789abcdef')} emitted_call_rejected: "
-                    f"{SALES}: arguments_schema at /region (enum)"
+                    f"{SALES}: region failed schema: expected one of apac, emea, amer"
                 )
             ],
             id="another-event",
@@ -74,7 +74,7 @@ SALES = "input[2] (call_id call_1) get_latest_sales_report"
             [
                 (
                     "t block req_1 /v1/responses: input[2] (call_id call_1) evil\\x1b[2J: "
-                    "arguments_schema at /region (enum)"
+                    "region failed schema: expected one of apac, emea, amer"
                 )
             ],
             id="control-characters-escaped",
@@ -105,11 +105,11 @@ def test_the_last_records(tmp_path: Path) -> None:
         f"{path}:3: unreadable: not JSON",
         (
             f"2026-11-29T09:04:59.897Z block req_2 {HEAD.split(' ', 3)[3]}: {SALES}: "
-            "arguments_schema at /region (enum)"
+            "region failed schema: expected one of apac, emea, amer"
         ),
         (
             f"2026-11-29T09:04:59.897Z block req_3 {HEAD.split(' ', 3)[3]}: {SALES}: "
-            "arguments_schema at /region (enum)"
+            "region failed schema: expected one of apac, emea, amer"
         ),
     ]
 
@@ -211,7 +211,11 @@ def follow_with(path: Path, *changes: bytes | None) -> list[str]:
     return shown
 
 
-ORPHAN_SHOWN = "t block req_1 /v1/responses: input[0] (call_id call_1): orphan"
+ORPHAN_SHOWN = (
+    "t block req_1 /v1/responses: input[0] (call_id call_1): no function_call with call_id "
+    "call_1 precedes this output: not inline, not behind an item_reference, not in the "
+    "previous_response_id chain the proxy recorded"
+)
 
 
 @pytest.mark.parametrize(

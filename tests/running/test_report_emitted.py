@@ -120,5 +120,7 @@ def test_the_commands_read_a_record_the_proxy_writes(tmp_path: Path) -> None:
     assert tail.returncode == 0, tail.stderr
     [shown] = tail.stdout.splitlines()
     assert " emitted_call_rejected tenant t_1 response_id resp_9: output[1] (call_id c1) " in shown
-    assert shown.endswith("get_latest_sales_report: arguments_schema at /region (enum)")
+    assert shown.endswith(
+        "get_latest_sales_report: region failed schema: expected one of apac, emea, amer"
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr

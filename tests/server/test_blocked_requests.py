@@ -141,6 +141,10 @@ async def test_any_blocking_finding_blocks_and_every_finding_is_listed(
         "paired_index": None,
         "name": None,
         "reason": "orphan",
+        "message": (
+            "no function_call with call_id call_gone precedes this output: not inline, not behind "
+            "an item_reference, not in the previous_response_id chain the proxy recorded"
+        ),
     }
     assert error["code"] == "replay_rejected"
     assert error["param"] == "input[3]"

@@ -237,6 +237,7 @@ async def test_a_bad_call_the_model_emits_is_relayed_unchanged_counted_and_audit
             "reason": "arguments_schema",
             "pass": [],
             "fail": ENUM_FAIL,
+            "message": "region failed schema: expected one of apac, emea, amer",
             "output_index": 2,
         }
     ]

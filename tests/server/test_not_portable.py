@@ -42,6 +42,10 @@ async def test_a_65_character_call_id_is_blocked(
         "reason": "not_portable",
         "type": "function_call",
         "fail": [{"path": "/call_id", "reason": "maxLength", "expected": 64}],
+        "message": (
+            "the function_call breaks the spec's item schema (a server may refuse it): call_id "
+            "failed schema: expected maxLength 64"
+        ),
     }
     assert isinstance(error.body, dict)
     assert error.body["findings"] == [finding]

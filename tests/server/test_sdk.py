@@ -66,6 +66,7 @@ async def test_failing_replay_raises_bad_request(
             "reason": "arguments_schema",
             "pass": [],
             "fail": [{"path": "/region", "reason": "enum", "expected": ["apac", "emea", "amer"]}],
+            "message": "region failed schema: expected one of apac, emea, amer",
         }
     ]
     [record] = audit_records(tmp_path)
