@@ -238,6 +238,14 @@ class Exchange:
                 ", ".join(headers.get("content-type", ())),
                 ", ".join(headers.get("content-encoding", ())),
                 self.started,
+                # The headers routes match on, as the HTTP front gives them: a route's gate
+                # settings apply behind Envoy too (which upstream it takes is Envoy's).
+                headers={
+                    name: ", ".join(headers[name])
+                    for route in config.routing
+                    if route.header is not None
+                    if (name := route.header[0]) in headers
+                },
             ),
             config,
             ledger=front.ledger,

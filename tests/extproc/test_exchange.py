@@ -404,3 +404,42 @@ async def test_a_body_in_parts_is_refused_not_judged_in_part(front: Front) -> No
     whole = compact(clean_body())
     answered = await exchange.answer(body_message(whole, end_of_stream=False))
     assert described(answered) == ("answer", 500, "gate_misconfigured")
+
+
+@pytest.mark.parametrize(
+    ("headers", "outcome"),
+    [
+        pytest.param({"x-gate": "soft"}, "continue", id="header-route-strips"),
+        pytest.param({}, "answer", id="default-route-blocks"),
+    ],
+)
+async def test_a_route_s_gate_settings_apply_behind_envoy(
+    tmp_path: Path, headers: dict[str, str], outcome: str
+) -> None:
+    """Which upstream a request takes is Envoy's; the gate settings of the route it matches
+    are the processor's, from the same route table as `serve`."""
+    config = parse_config(
+        {
+            "audit": {"path": str(tmp_path / "audit.jsonl")},
+            "upstreams": {"a": {"url": "http://127.0.0.1:9"}},
+            "routes": [
+                {
+                    "header": {"name": "x-gate", "value": "soft"},
+                    "upstream": "a",
+                    "gate": {"action": "strip"},
+                },
+                {"upstream": "a"},
+            ],
+        }
+    )
+    async with open_front(config) as opened:
+        exchange = Exchange(opened)
+        await exchange.answer(headers_message("POST", "/v1/responses", headers))
+        answered = described(await exchange.answer(body_message(compact(failing_body()))))
+    assert answered[0] == outcome
+    if outcome == "continue":
+        stripped = answered[3]
+        assert b"call_1" not in stripped  # the pair goes, with the length it leaves
+        assert answered[1]["content-length"] == str(len(stripped))
+    else:
+        assert answered[1:] == (400, "replay_rejected")
