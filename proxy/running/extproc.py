@@ -43,12 +43,13 @@ async def serve_extproc(config: Config, listen: str) -> None:
             reason = str(exc).split(";")[0]  # without gRPC's advice to set GRPC_VERBOSITY
             raise ConfigError(f"extproc.listen: cannot listen on {listen}: {reason}") from None
         await server.start()
-        shown = listen if listen.startswith("unix:") else f"{listen.rpartition(':')[0]}:{port}"
-        log.info("ext_proc listening on %s", shown)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        # Said once SIGTERM stops it cleanly: whoever waits for this line may stop it at once.
+        shown = listen if listen.startswith("unix:") else f"{listen.rpartition(':')[0]}:{port}"
+        log.info("ext_proc listening on %s", shown)
         try:
             await stop.wait()
         finally:
