@@ -92,6 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     extproc.add_argument(
         "--log-level", type=log_level, default="INFO", help=f"log level: {', '.join(_LEVELS)}"
     )
+    extproc.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="the log's format: text | json (overrides log.format; default text)",
+    )
 
     check = commands.add_parser(
         "check",
@@ -250,13 +255,11 @@ def run_extproc(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-    )
+    from proxy.running.logs import configure_logging
+
     try:
         config = check_config(args)
+        configure_logging(args.log_level, args.log_format or config.log.format)
         asyncio.run(serve_extproc(config, args.listen or config.extproc.listen))
     except ConfigError as exc:
         said = str(exc)

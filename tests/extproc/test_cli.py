@@ -3,7 +3,10 @@ config it does not use."""
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -113,3 +116,29 @@ def test_a_port_in_use_is_one_line_naming_the_flag(
     assert capsys.readouterr().err == (
         f"replay-proxy: --listen: cannot listen on {listen}: Failed to bind to address {listen}\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("flag", "section"),
+    [
+        pytest.param([], "log: {format: json}\n", id="config"),
+        pytest.param(["--log-format", "json"], "", id="flag"),
+    ],
+)
+def test_the_processor_logs_in_log_format(tmp_path: Path, flag: list[str], section: str) -> None:
+    """The processor's log is `serve`'s: `log.format` (or `--log-format`) applies, every line
+    one JSON object, up to its final `stopped`."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"audit: {{path: {tmp_path / 'audit.jsonl'}}}\n{section}", encoding="utf-8")
+    command = [sys.executable, "-m", "proxy", "extproc", "--config", str(config)]
+    command += ["--listen", "127.0.0.1:0", *flag]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stderr is not None
+        first = process.stderr.readline()  # blocks until the processor listens (or exits)
+        process.send_signal(signal.SIGTERM)
+        rest = process.stderr.read()
+        assert process.wait(timeout=30) == 0
+    lines = [json.loads(line) for line in [first, *rest.splitlines()] if line.strip()]
+    assert lines[0]["message"].startswith("ext_proc listening on 127.0.0.1:")
+    assert lines[-1]["message"] == "stopped"
+    assert {line["logger"] for line in lines} <= {"replay_proxy"}
