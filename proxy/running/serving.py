@@ -63,13 +63,6 @@ async def serve(
         except OSError as exc:
             raise cannot_listen(listen.host, listen.port, exc) from None
         port = _bound_port(runner)
-        log.info(
-            "listening on %s://%s:%d, %s",
-            listen.scheme,
-            listen.host,
-            port,
-            _upstreams_said(config),
-        )
         if config.admin.listen is not None:
             admin = await serve_admin(app, config.admin.listen, reuse_port=reuse_port)
         stop = asyncio.Event()
@@ -85,6 +78,19 @@ async def serve(
                 task.add_done_callback(reloads.discard)
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
+        # Said once its signals are handled: whoever waits for this line may stop it at once.
+        log.info(
+            "listening on %s://%s:%d, %s",
+            listen.scheme,
+            listen.host,
+            port,
+            _upstreams_said(config),
+        )
+        if admin is not None:
+            assert config.admin.listen is not None
+            log.info(
+                "admin endpoints on http://%s:%d/-/", config.admin.listen.host, _bound_port(admin)
+            )
         if worker is not None:
             worker.announce()  # once it listens and its signals are handled
         await stop.wait()
@@ -122,7 +128,6 @@ async def serve_admin(
     except OSError as exc:
         await runner.cleanup()
         raise cannot_listen(listen.host, listen.port, exc, "admin.listen.") from None
-    log.info("admin endpoints on http://%s:%d/-/", listen.host, _bound_port(runner))
     return runner
 
 
