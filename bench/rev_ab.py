@@ -37,6 +37,7 @@ BODIES = ("small", "10 pairs", "small, SSE")
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", default="HEAD", help="the revision to compare against")
+    parser.add_argument("--head", default=None, help="a revision instead of the working tree")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with ExitStack() as stack:
@@ -44,6 +45,10 @@ def main() -> int:
         log = stack.enter_context((tmp / "servers.log").open("wb"))
         (tmp / "base").mkdir()
         short = export(args.base, tmp / "base")
+        head = None
+        if args.head is not None:
+            (tmp / "head").mkdir()
+            head = export(args.head, tmp / "head")
         port = free_port()
         stub_argv = [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(port)]
         stub = stack.enter_context(started("stub", stub_argv, port, log))
@@ -54,7 +59,8 @@ def main() -> int:
             started("pass-through", [*argv, "--port", str(port)], port, log)
         )
         servers["pass-through"] = (server, served_by_stub(stub.url))
-        for name, path in ((f"proxy {short}", tmp / "base"), ("proxy tree", None)):
+        second = ("proxy tree", None) if head is None else (f"proxy {head}", tmp / "head")
+        for name, path in ((f"proxy {short}", tmp / "base"), second):
             config = tmp / f"proxy-{len(servers)}.yaml"
             audit = {"path": str(tmp / f"audit-{len(servers)}.jsonl")}
             config.write_text(yaml.safe_dump({**GATE_CONFIG, "audit": audit}), encoding="utf-8")
