@@ -6,6 +6,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import errno
+import gc
 import logging
 import os
 import signal
@@ -63,6 +64,7 @@ async def serve(
         except OSError as exc:
             raise cannot_listen(listen.host, listen.port, exc) from None
         port = _bound_port(runner)
+        settle_heap()
         log.info(
             "listening on %s://%s:%d, %s",
             listen.scheme,
@@ -193,6 +195,25 @@ def return_large_buffers() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM))
+
+
+# Net allocations between two young collections (CPython's default: 700).
+_YOUNG_COLLECTION = 10_000
+
+
+def settle_heap() -> None:
+    """Keep the collector off what start-up made and the process keeps (modules, the config,
+    its compiled schemas, the upstream pools), and let it run less often on the young.
+
+    Under load the collector took some 50-60 µs of CPU per request: full passes walked the
+    start-up heap every few thousand requests, and a young pass ran every ~10 requests. Frozen,
+    the start-up heap is never walked again; a request's own objects are freed by their counts
+    long before 10,000 net allocations, so the young passes find little either way.
+    """
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(_YOUNG_COLLECTION, middle, old)
 
 
 def _bound_port(runner: web.AppRunner) -> int:
