@@ -205,7 +205,7 @@ def settle_heap() -> None:
     """Keep the collector off what start-up made and the process keeps (modules, the config,
     its compiled schemas, the upstream pools), and let it run less often on the young.
 
-    Under load the collector took some 50-60 µs of CPU per request: full passes walked the
+    Under load the collector took some 50-80 µs of CPU per request: full passes walked the
     start-up heap every few thousand requests, and a young pass ran every ~10 requests. Frozen,
     the start-up heap is never walked again; a request's own objects are freed by their counts
     long before 10,000 net allocations, so the young passes find little either way.
