@@ -293,7 +293,8 @@ class SchemaCache:
 
     def __init__(self, max_schemas: int = 1024) -> None:
         self._serial = itertools.count(1)
-        self._compiled: LRU[bytes, Compiled | SchemaError] = LRU(max_schemas)
+        # By canonical JSON: the limits its walk found it within, and what it compiled to.
+        self._compiled: LRU[bytes, tuple[SchemaLimits, Compiled | SchemaError]] = LRU(max_schemas)
         # Schemas may be compiled in a worker thread while the event loop looks others up.
         self._lock = threading.Lock()
 
@@ -303,12 +304,10 @@ class SchemaCache:
     def compile(self, schema: Any, limits: SchemaLimits | None = None) -> Compiled:
         """The compiled schema; raises SchemaError (remembered too) for an invalid one.
 
-        A schema over `limits` is refused by their walk alone, before it is even serialised.
+        A schema over `limits` is refused by their walk alone, before any check or compile.
         """
         limits = SchemaLimits() if limits is None else limits
-        canonical = _bounded_canonical(schema, limits)
-        with self._lock:
-            found = self._compiled.get(canonical)
+        canonical, found = self._known(schema, limits)
         if found is None:
             try:
                 limits.check_size(canonical)
@@ -317,7 +316,7 @@ class SchemaCache:
             except SchemaError as exc:
                 found = exc
             with self._lock:
-                self._compiled.put(canonical, found)
+                self._compiled.put(canonical, (limits, found))
         if isinstance(found, SchemaError):
             raise found
         return found
@@ -325,14 +324,39 @@ class SchemaCache:
     def pending(self, schema: Any, limits: SchemaLimits | None = None) -> bool:
         """Whether compiling `schema` would take work: it is within `limits` and not cached.
 
-        Cheap: the limits' walk and one serialisation, never a check or a compile.
+        Cheap: a serialisation, and the limits' walk for a schema not compiled under them;
+        never a check or a compile.
         """
         try:
-            canonical = _bounded_canonical(schema, SchemaLimits() if limits is None else limits)
+            _, found = self._known(schema, SchemaLimits() if limits is None else limits)
         except SchemaError:
             return False  # refused by the walk alone, at once
+        return found is None
+
+    def _known(
+        self, schema: Any, limits: SchemaLimits
+    ) -> tuple[bytes, Compiled | SchemaError | None]:
+        """The schema's canonical JSON and what it compiled to (None: not compiled yet).
+
+        A schema compiled after a walk under the same limits is not walked again (a client
+        offers its tools' schemas with every request): the walk costs some 25 times orjson's
+        serialisation, which finds it. Any other schema is walked before its canonical JSON
+        is made, and refused by the walk before any check or compile.
+        """
+        if isinstance(schema, dict):
+            try:
+                seen = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+            except orjson.JSONEncodeError:
+                pass  # serialised the careful way, after the walk
+            else:
+                with self._lock:
+                    cached = self._compiled.get(seen)
+                if cached is not None and cached[0] == limits:
+                    return seen, cached[1]
+        canonical = _bounded_canonical(schema, limits)
         with self._lock:
-            return self._compiled.get(canonical) is None
+            cached = self._compiled.get(canonical)
+        return canonical, cached[1] if cached is not None else None
 
     def __len__(self) -> int:
         return len(self._compiled)

@@ -6,6 +6,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import errno
+import gc
 import logging
 import os
 import signal
@@ -78,6 +79,7 @@ async def serve(
                 task.add_done_callback(reloads.discard)
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
+        settle_heap()  # what start-up made is kept: the collector need not walk it again
         # Said once its signals are handled: whoever waits for this line may stop it at once.
         log.info(
             "listening on %s://%s:%d, %s",
@@ -198,6 +200,25 @@ def return_large_buffers() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM))
+
+
+# Net allocations between two young collections (CPython's default: 700).
+_YOUNG_COLLECTION = 10_000
+
+
+def settle_heap() -> None:
+    """Keep the collector off what start-up made and the process keeps (modules, the config,
+    its compiled schemas, the upstream pools), and let it run less often on the young.
+
+    Under load the collector took some 50-80 µs of CPU per request: full passes walked the
+    start-up heap every few thousand requests, and a young pass ran every ~10 requests. Frozen,
+    the start-up heap is never walked again; a request's own objects are freed by their counts
+    long before 10,000 net allocations, so the young passes find little either way.
+    """
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(_YOUNG_COLLECTION, middle, old)
 
 
 def _bound_port(runner: web.AppRunner) -> int:

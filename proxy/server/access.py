@@ -100,7 +100,10 @@ ACCESS = web.RequestKey("access", Access)
 
 def log_access(access: Access) -> None:
     """The request's access line: the message `access`, its fields in `record.access` (the
-    formatter writes them as `key=value` words or as JSON keys)."""
+    formatter writes them as `key=value` words or as JSON keys). Its fields are not gathered
+    when the logger would drop the line."""
+    if not access_log.isEnabledFor(logging.INFO):
+        return
     access_log.info("access", extra={"access": access.fields(), "request_id": access.request_id})
 
 

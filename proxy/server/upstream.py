@@ -82,6 +82,7 @@ class Upstream:
         self.settings = settings
         self.name = name
         self.base = URL(settings.url.rstrip("/"))
+        self._base = str(self.base)  # each request's URL starts with it
         self._session: aiohttp.ClientSession | None = None
         self._users = 0
         self._retired = False
@@ -144,7 +145,7 @@ class Upstream:
 
     def url(self, target: str) -> URL:
         """The upstream URL for a raw request target (path and query, still encoded)."""
-        return URL(str(self.base) + target, encoded=True)
+        return URL(self._base + target, encoded=True)
 
     async def connect_websocket(
         self, target: str, headers: CIMultiDict[str], protocols: list[str], max_msg_size: int

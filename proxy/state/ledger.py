@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -9,6 +10,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import orjson
 
 from proxy.gate import items
 from proxy.gate.items import Item
@@ -53,7 +56,27 @@ def kept(item: Item, tools: str | None = None, *, trusted: bool = False) -> dict
 
 
 def tools_key(tools: Sequence[tuple[str, Any]]) -> str:
-    """The hash a set of function tools is stored under, once for every response it made."""
+    """The hash a set of function tools is stored under, once for every response it made.
+
+    A client sends the same tools every turn: orjson's sorted JSON of them (some 15 times
+    quicker than the stdlib's) finds the hash made before. The hash itself stays the stdlib's,
+    as every stored recording has it.
+    """
+    try:
+        sorted_json = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits
+        return _hashed(tools)
+    return _tools_key_of(sorted_json)
+
+
+@functools.lru_cache(maxsize=256)
+def _tools_key_of(sorted_json: bytes) -> str:
+    # The tools read back are the same values (a body's numbers are never infinite: the
+    # reader refuses them), so this is the hash of the tools themselves.
+    return _hashed(json.loads(sorted_json))
+
+
+def _hashed(tools: Any) -> str:
     canonical = json.dumps(tools, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 

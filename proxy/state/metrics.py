@@ -110,6 +110,7 @@ class Metrics:
             ["upstream", "route", "status"],
             registry=self.registry,
         )
+        self._answered: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self.open_streams = Gauge(
             "replay_proxy_open_streams",
             "Answers being relayed from the upstream right now.",
@@ -181,8 +182,18 @@ class Metrics:
 
     def upstream_answered(self, upstream: str, route: str, status: str, seconds: float) -> None:
         """One request sent upstream: how its answer began (or failed), and after how long."""
-        self.upstream_answers.labels(upstream, route, status).inc()
-        self.upstream_seconds.labels(upstream, route).observe(seconds)
+        key = (upstream, route, status)
+        children = self._answered.get(key)
+        if children is None:
+            # Looked up once per (upstream, route, status), a few of each: labels() validates
+            # and locks on every call.
+            answers = self.upstream_answers.labels(upstream, route, status)
+            children = self._answered[key] = (
+                answers,
+                self.upstream_seconds.labels(upstream, route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         """The scrape: this process's registry and its process and Python collectors, or, in

@@ -1,0 +1,36 @@
+"""The hash a set of tools is stored under is the stdlib's sorted JSON's, however it is found."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from proxy.state.ledger import tools_key
+
+
+def _stdlib(tools: Any) -> str:
+    canonical = json.dumps(tools, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+ROWS: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
+    ("one tool", (("lookup", {"type": "object"}),)),
+    ("keys out of order", (("f", {"required": ["a"], "properties": {"b": {}, "a": {}}}),)),
+    ("non-ASCII text", (("météo", {"description": "température, 東京"}),)),
+    ("floats", (("f", {"minimum": 0.1, "maximum": 1e16, "multipleOf": -0.0}),)),
+    ("an integer beyond 64 bits", (("f", {"maximum": 2**70}),)),
+    ("no parameters", (("f", None), ("g", {}))),
+]
+
+
+@pytest.mark.parametrize(("tools"), [row[1] for row in ROWS], ids=[row[0] for row in ROWS])
+def test_tools_key_is_the_stdlib_hash(tools: tuple[tuple[str, Any], ...]) -> None:
+    assert tools_key(tools) == _stdlib(tools)
+    assert tools_key(tools) == _stdlib(tools)  # found again, the same
+
+
+def test_different_tools_have_different_keys() -> None:
+    assert tools_key((("f", {"maximum": 1}),)) != tools_key((("f", {"maximum": 1.0}),))
