@@ -56,10 +56,10 @@ async def test_admin_endpoints_move_to_their_own_listener_which_drains_last(
     recording_upstream.handler = sse
     proxy = await start("--config", str(path))
     admin = f"http://127.0.0.1:{admin_port}"
-    said = await stderr_until(proxy, "admin endpoints on ")
-    assert said.rstrip().endswith(f"admin endpoints on {admin}/-/")
     key = {"Authorization": f"Bearer {KEY}"}
-    try:
+    try:  # from here on, a failure still stops the proxy
+        said = await stderr_until(proxy, "admin endpoints on ")
+        assert said.rstrip().endswith(f"admin endpoints on {admin}/-/")
         async with aiohttp.ClientSession() as session:
             # The data listener serves no admin endpoint, with a key or without.
             async with session.get(proxy.url + "/-/healthy", headers=key) as response:
