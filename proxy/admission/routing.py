@@ -8,7 +8,7 @@ route whose matchers all match wins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -34,6 +34,20 @@ class Routed:
     @property
     def policy(self) -> Policy:
         return self.route.gate
+
+
+def route_headers(
+    routes: Sequence[Route], values: Callable[[str], Sequence[str]]
+) -> dict[str, str]:
+    """The headers routes match on, by lower-case name, from `values` (a header's values, none
+    when absent; several are joined, as RFC 9110 §5.3 reads them): what every front gives
+    `select`."""
+    return {
+        name: ", ".join(given)
+        for route in routes
+        if route.header is not None
+        if (given := values(name := route.header[0]))
+    }
 
 
 def mount(routes: Sequence[Route], path: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 
-from proxy.admission import body, pipeline, targets
+from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
 from proxy.admission.routing import RouteCaches
 from proxy.admission.tap import Recording, ResponseTap
@@ -240,12 +240,7 @@ class Exchange:
                 self.started,
                 # The headers routes match on, as the HTTP front gives them: a route's gate
                 # settings apply behind Envoy too (which upstream it takes is Envoy's).
-                headers={
-                    name: ", ".join(headers[name])
-                    for route in config.routing
-                    if route.header is not None
-                    if (name := route.header[0]) in headers
-                },
+                headers=routing.route_headers(config.routing, lambda name: headers.get(name, ())),
             ),
             config,
             ledger=front.ledger,

@@ -7,17 +7,17 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 
 from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.emitted import EmittedCalls, EmittedChecks
 from proxy.admission.tap import Recording
-from proxy.config import Config, Route
+from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server import admin
 from proxy.server.access import ACCESS, observe
@@ -379,7 +379,7 @@ async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
     except ProxyError:
         request.app[METRICS].requests.labels("any", "unauthorized", "-").inc()
         raise
-    matched = route_headers(request.headers, routes)
+    matched = routing.route_headers(routes, lambda name: request.headers.getall(name, ()))
     gated = target.gated
     access = request[ACCESS]
     access.tenant = tenant
@@ -413,17 +413,6 @@ async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
     return await relay(
         request, upstream, "passthrough", target.forward, data, headers, recording=recording
     )
-
-
-def route_headers(headers: CIMultiDictProxy[str], routes: Sequence[Route]) -> dict[str, str]:
-    """The headers routes match on, by lower-case name (several values joined, as RFC 9110
-    §5.3 reads them)."""
-    return {
-        name: ", ".join(headers.getall(name))
-        for route in routes
-        if route.header is not None
-        if (name := route.header[0]) in headers
-    }
 
 
 def _readable_encodings(headers: CIMultiDict[str]) -> None:
