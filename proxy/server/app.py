@@ -445,8 +445,8 @@ async def relay(
     sent = time.perf_counter()
     name = access.upstream = upstream.name
 
-    def answered(status: int) -> None:
-        books.upstream_answered(name, route, str(status), time.perf_counter() - sent)
+    def answered(status: int, seconds: float) -> None:
+        books.upstream_answered(name, route, str(status), seconds)
 
     try:
         response = await upstream.relay(

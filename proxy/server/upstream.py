@@ -179,13 +179,13 @@ class Upstream:
         headers: CIMultiDict[str],
         extra_headers: Mapping[str, str] | None = None,
         recording: Recording | None = None,
-        on_head: Callable[[int], None] | None = None,
+        on_head: Callable[[int, float], None] | None = None,
         access: Access | None = None,
     ) -> web.StreamResponse:
         """Send the request upstream and stream the answer back chunk by chunk; `recording`
         says where a 200 answer's response is recorded, `on_head` is told the status of an
-        answer whose head arrived whole, `access` how long the upstream took to answer and
-        how many body bytes went back.
+        answer whose head arrived whole and how long it took, `access` that time too and how
+        many body bytes went back.
 
         Raises UpstreamError when no answer arrives; once the answer has started, an upstream
         failure cuts the client's connection so that it cannot mistake a partial answer for
@@ -231,8 +231,9 @@ class Upstream:
             raise UpstreamError(
                 502, "upstream_unreachable", f"the connection failed: {exc!r}"
             ) from None
+        waited = time.perf_counter() - sent  # until the answer's head: one figure for both
         if access is not None:
-            access.upstream_s = time.perf_counter() - sent  # until the answer's head
+            access.upstream_s = waited
         try:
             bad = not_utf8(answer.headers)
             if bad is not None:
@@ -240,7 +241,7 @@ class Upstream:
                     502, "upstream_bad_response", f"the value of {bad} is not UTF-8"
                 )
             if on_head is not None:
-                on_head(answer.status)
+                on_head(answer.status, waited)
             return await _stream(
                 request, answer, what, request_id, extra_headers, recording, access
             )
