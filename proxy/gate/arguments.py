@@ -52,6 +52,30 @@ def check_arguments(
     return "ok"
 
 
+def schemas_key(schemas: Sequence[Compiled | SchemaError]) -> tuple[int, ...]:
+    """The key verdicts against these schemas are remembered under (one that could not be
+    compiled counts as 0)."""
+    return tuple(s.key if isinstance(s, Compiled) else 0 for s in schemas)
+
+
+def judged_arguments(
+    arguments: str,
+    schemas: list[Compiled | SchemaError],
+    key: tuple[int, ...],
+    caches: GateCaches,
+    allowance: Allowance,
+) -> str | tuple[str, tuple[Violation, ...], tuple[str, ...]]:
+    """`check_arguments`, remembered in `caches` under (`key`, arguments): a replay and the
+    call a model emitted find each other's verdict."""
+    cached = caches.verdicts.get((key, arguments))
+    if cached is None:
+        cached = check_arguments(arguments, schemas, allowance)
+        # A timeout says how busy this request was, not what the arguments are worth.
+        if not (isinstance(cached, tuple) and any(v.reason in TIMEOUTS for v in cached[1])):
+            caches.verdicts.put((key, arguments), cached)
+    return cached
+
+
 def passed(instance: Any, violations: Iterable[Violation]) -> tuple[str, ...]:
     """The top-level properties of the arguments that no violation is at or under. None when a
     violation is at the root (`anyOf`, a timeout, an unusable schema): it says nothing of which

@@ -16,7 +16,7 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 
 from proxy.gate import items
-from proxy.gate.arguments import TIMEOUTS, check_arguments
+from proxy.gate.arguments import judged_arguments, schemas_key
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.policy import Policy
@@ -144,10 +144,4 @@ def _verdict(
     with it through the verdict cache (a replay of this call later finds it decided)."""
     if not isinstance(arguments, str):
         return "arguments_type"
-    key = tuple(s.key if isinstance(s, Compiled) else 0 for s in schemas)
-    cached = caches.verdicts.get((key, arguments))
-    if cached is None:
-        cached = check_arguments(arguments, schemas, allowance)
-        if not (isinstance(cached, tuple) and any(v.reason in TIMEOUTS for v in cached[1])):
-            caches.verdicts.put((key, arguments), cached)
-    return cached
+    return judged_arguments(arguments, schemas, schemas_key(schemas), caches, allowance)

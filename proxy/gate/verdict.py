@@ -11,7 +11,7 @@ from jsonschema.exceptions import SchemaError
 
 from proxy.gate import items
 from proxy.gate.acceptor import Steps
-from proxy.gate.arguments import TIMEOUTS, check_arguments
+from proxy.gate.arguments import judged_arguments, schemas_key
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
@@ -369,12 +369,7 @@ class _Inspection:
         schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
         if not schemas and recorded:
             schemas, key = self.recorded_schemas(call.get(items.RECORDED_SCHEMAS))
-        cached = self.caches.verdicts.get((key, arguments))
-        if cached is None:
-            cached = check_arguments(arguments, schemas, self.allowance)
-            # A timeout says how busy this request was, not what the arguments are worth.
-            if not (isinstance(cached, tuple) and any(v.reason in TIMEOUTS for v in cached[1])):
-                self.caches.verdicts.put((key, arguments), cached)
+        cached = judged_arguments(arguments, schemas, key, self.caches, self.allowance)
         if cached == "ok":
             return None
         return Failed(*cached) if isinstance(cached, tuple) else cached
@@ -388,8 +383,7 @@ class _Inspection:
             schemas: list[Compiled | SchemaError] = (
                 [pinned] if pinned is not None else self.compile_request_schemas(name)
             )
-            key = tuple(s.key if isinstance(s, Compiled) else 0 for s in schemas)
-            found = self.compiled[name] = (schemas, key)
+            found = self.compiled[name] = (schemas, schemas_key(schemas))
         return found
 
     def recorded_schemas(
@@ -397,7 +391,7 @@ class _Inspection:
     ) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
         """The schemas of a call's own tool, as the ledger recorded them with the call."""
         found = [self.compile(p) for p in recorded] if isinstance(recorded, list) else []
-        return found, tuple(s.key if isinstance(s, Compiled) else 0 for s in found)
+        return found, schemas_key(found)
 
     def compile(self, parameters: Any) -> Compiled | SchemaError:
         # A function tool without parameters constrains nothing but strict JSON.
