@@ -167,6 +167,31 @@ async def tool_turn(
     return response.id, call.model_dump(exclude_none=True)
 
 
+async def test_a_refused_previous_response_reaches_no_upstream(
+    scripted_upstream: str,
+    recording_upstream: RecordingUpstream,
+    start_routed: Any,
+    client_for: Clients,
+) -> None:
+    """`foreign_previous_response` is answered by the proxy: the upstream its route names
+    (the recording one, as `acme`) receives nothing."""
+    config = two_providers(scripted_upstream, recording_upstream.url)
+    client = client_for(await start_routed(**config))
+    response_id, call = await tool_turn(client)
+
+    with pytest.raises(openai.BadRequestError) as raised:
+        await client.responses.create(
+            model=MODEL,
+            tools=TOOLS,
+            input=[sales_output(call["call_id"], "apac: 42")],  # type: ignore[list-item]
+            previous_response_id=response_id,
+            extra_headers={"x-replay-upstream": "acme"},
+        )
+
+    assert raised.value.code == "foreign_previous_response"
+    assert recording_upstream.received == []
+
+
 async def test_a_previous_response_of_another_upstream_is_refused_without_materialize(
     scripted_upstream: str,
     second_agent: str,
