@@ -179,27 +179,37 @@ def cannot_listen(host: str, port: int, exc: OSError, section: str = "listen.") 
     return ConfigError(f"{key}: cannot listen on {host}:{port}: {reason}")
 
 
-# glibc's mallopt(M_MMAP_THRESHOLD, ...): a fixed threshold, which also ends its adjustment.
+# glibc's mallopt(M_MMAP_THRESHOLD, ...): a fixed threshold, which also ends its adjustment;
+# M_TRIM_THRESHOLD: how much free memory at the heap's top is kept rather than given back.
 _M_MMAP_THRESHOLD = -3
+_M_TRIM_THRESHOLD = -1
 
-_MMAP_FROM = 128 * 1024
+# Above asyncio's read buffer: every read of a socket allocates 256 KiB (then shrinks it to
+# what arrived), and with a threshold below that each read was an mmap, an mremap and a munmap,
+# and their page faults (some 20-25 % of a small request's CPU under load).
+_MMAP_FROM = 512 * 1024
+_TRIM_FROM = 2 * _MMAP_FROM  # glibc's own rule when it adjusts the threshold
 
 
 def return_large_buffers() -> bool:
-    """Allocate buffers of 128 KiB and more (bodies, answers) with mmap, so that freeing one
-    gives its memory back to the system.
+    """Allocate buffers of more than 512 KiB (large bodies and answers) with mmap, so that
+    freeing one gives its memory back to the system; smaller ones come from the heap.
 
     By default glibc raises that threshold each time such a buffer is freed, after which 1 MB
     bodies come from the heap, where they fragment it and keep the process's RSS high long
     after the request (on the load benchmark's 1 MB bodies: peak RSS 121 -> 96 MB, and 98 ->
-    59 MB once small requests follow). Elsewhere than glibc this does nothing.
+    59 MB once small requests follow). The threshold sits above the 256 KiB that asyncio
+    allocates for each read of a socket, which would otherwise be mapped and unmapped at every
+    read. Elsewhere than glibc this does nothing.
     """
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM))
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, _TRIM_FROM)
+    )
 
 
 # Net allocations between two young collections (CPython's default: 700).

@@ -291,22 +291,47 @@ async def test_sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid(
     assert len(recording_upstream.received) == 2
 
 
+# Run in a process of its own: whether glibc maps a buffer depends on the thresholds set.
+_MAPPED_BUFFERS = """
+import ctypes, socket
+from proxy.running.serving import return_large_buffers
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+print(return_large_buffers())
+mapped = lambda: libc.mallinfo2().hblks
+libc.malloc_trim(0)  # no free memory left at the heap's top: a large buffer needs more
+before = mapped()
+a, b = socket.socketpair()
+a.sendall(b"x" * 100)
+read = b.recv(256 * 1024)  # asyncio's read of a socket: 256 KiB, shrunk to what arrived
+print(len(read), mapped() - before)
+large = bytearray(2 << 20)  # a 2 MB body
+print(mapped() - before)
+"""
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc setting")
-def test_large_buffers_are_given_back_to_the_system() -> None:
-    """The serving process fixes glibc's mmap threshold (see `return_large_buffers`); mallopt
-    says whether it took the setting."""
+def test_large_buffers_are_mapped_and_a_socket_read_is_not() -> None:
+    """The serving process fixes glibc's mmap threshold (see `return_large_buffers`): a 2 MB
+    buffer is mapped (and so given back to the system when freed), while the 256 KiB buffer
+    of each socket read comes from the heap, not from an mmap, mremap and munmap per read."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from proxy.running.serving import return_large_buffers as r; print(r())",
-        ],
+        [sys.executable, "-c", _MAPPED_BUFFERS],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    assert done.stdout.strip() == "True"
+    took, read, large = done.stdout.splitlines()
+    assert took == "True"
+    assert read == "100 0"  # the read's buffer is not a mapping of its own
+    assert large == "1"
 
 
 async def test_a_replaced_upstream_closes_after_its_last_request() -> None:
