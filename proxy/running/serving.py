@@ -184,15 +184,15 @@ def cannot_listen(host: str, port: int, exc: OSError, section: str = "listen.") 
 _M_MMAP_THRESHOLD = -3
 _M_TRIM_THRESHOLD = -1
 
-# Above asyncio's read buffer: every read of a socket allocates 256 KiB (then shrinks it to
-# what arrived), and with a threshold below that each read was an mmap, an mremap and a munmap,
-# and their page faults (some 20-25 % of a small request's CPU under load).
-_MMAP_FROM = 512 * 1024
+# Just above asyncio's read buffer: every read of a socket allocates 256 KiB (then shrinks it
+# to what arrived), and with a threshold below that each read was an mmap, an mremap and a
+# munmap, and their page faults (some 20-25 % of a small request's CPU under load).
+_MMAP_FROM = 272 * 1024
 _TRIM_FROM = 2 * _MMAP_FROM  # glibc's own rule when it adjusts the threshold
 
 
 def return_large_buffers() -> bool:
-    """Allocate buffers of more than 512 KiB (large bodies and answers) with mmap, so that
+    """Allocate buffers of more than 272 KiB (large bodies and answers) with mmap, so that
     freeing one gives its memory back to the system; smaller ones come from the heap.
 
     By default glibc raises that threshold each time such a buffer is freed, after which 1 MB
