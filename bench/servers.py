@@ -34,6 +34,30 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
 
+# The PIDs of the servers this script started and has not stopped: `pin_apart` keeps them off
+# the core of the one being measured.
+_RUNNING: set[int] = set()
+
+
+def pin_apart(measured: int) -> bool:
+    """Put the measured server on the last CPU alone and everything else this script runs (the
+    other servers, the upstream, this process and the wrk it starts) on the others; False when
+    the machine has a single CPU. On two cores, whatever shared the measured server's core
+    (wrk, the upstream) slowed it by as much as the effects being measured, and differently
+    from run to run."""
+    cpus = sorted(os.sched_getaffinity(0) | os.sched_getaffinity(measured))
+    if len(cpus) < 2:
+        return False
+    alone, rest = {cpus[-1]}, set(cpus[:-1])
+    os.sched_setaffinity(measured, alone)
+    for pid in (0, *(p for p in _RUNNING if p != measured)):
+        try:
+            os.sched_setaffinity(pid, rest)
+        except ProcessLookupError:
+            continue
+    return True
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -55,6 +79,7 @@ def started(
     environ = {**os.environ, **env} if env else None
     process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=log, env=environ)
     server = Server(name, port, process)
+    _RUNNING.add(process.pid)
     try:
         deadline = time.monotonic() + ready_s
         while True:
@@ -71,6 +96,7 @@ def started(
                 time.sleep(0.05)
         yield server
     finally:
+        _RUNNING.discard(process.pid)
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from host import process_cpu_seconds
-from servers import memory_mb, reset_peak_rss, settle
+from servers import memory_mb, pin_apart, reset_peak_rss, settle
 from workload import HEADERS, PATH, Body
 
 _LUA = """\
@@ -70,7 +70,8 @@ def run_wrk(
     CPU per request is the CPU the process spent over a window inside the run divided by the
     requests it served in that window: wrk's start (connecting, the first bodies arriving)
     and end (up to `connections` requests cut off in flight, whose CPU would be charged to
-    the finished ones: large for 1 MB bodies) stay outside.
+    the finished ones: large for 1 MB bodies) stay outside. The process is pinned to a CPU of
+    its own meanwhile (`pin_apart`).
     """
     argv = [
         "wrk",
@@ -84,6 +85,7 @@ def run_wrk(
         str(script),
         url + PATH,
     ]
+    pin_apart(pid)
     reset_peak_rss(pid)
     whole_start = process_cpu_seconds(pid)
     started_at = time.monotonic()
