@@ -140,7 +140,7 @@ async def admit(
         parsed = body.parse(decoded)
         routed = _route(request, config, parsed)
     except ProxyError as exc:
-        metrics.requests.labels(label, "invalid", request.upstream or "-").inc()
+        metrics.count(label, "invalid", request.upstream or "-")
         return answer_to(exc)
     upstream = routed.upstream
     policy = routed.policy
@@ -164,7 +164,7 @@ async def admit(
         try:
             parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
         except ProxyError as exc:
-            metrics.requests.labels(label, "invalid", upstream).inc()
+            metrics.count(label, "invalid", upstream)
             return answer_to(exc)
         changed = True
     verdict = await _inspect(
@@ -179,7 +179,7 @@ async def admit(
     )
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
-        metrics.requests.labels(label, "block", upstream).inc()
+        metrics.count(label, "block", upstream)
         blocked = rejection(verdict, request_id=request.request_id)
         return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from envoy.type.v3 import http_status_pb2
 
 from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
+from proxy.admission.ids import new_request_id
 from proxy.admission.routing import RouteCaches
 from proxy.admission.tap import Recording, ResponseTap
 from proxy.admission.tenants import tenant_for
@@ -63,10 +63,6 @@ class Front:
     audit_log: AuditLog
     metrics: Metrics
     caches: RouteCaches
-
-
-def new_request_id() -> str:
-    return "req_" + uuid.uuid4().hex
 
 
 class Exchange:
@@ -125,7 +121,7 @@ class Exchange:
         try:
             target = targets.read_target(raw_target)
         except targets.TargetError as exc:
-            metrics.requests.labels("any", "invalid_target", "-").inc()
+            metrics.count("any", "invalid_target", "-")
             raise ProxyError(400, "invalid_request_target", str(exc)) from None
         method = _one(headers, ":method").upper()
         config = self.front.config
@@ -139,7 +135,7 @@ class Exchange:
         self.tenant = self._tenant()
         if gated is not None and _one(headers, "upgrade").lower() == "websocket":
             # Envoy relays a WebSocket's frames without this processor: they cannot be gated.
-            metrics.requests.labels("websocket", "invalid", "-").inc()
+            metrics.count("websocket", "invalid", "-")
             raise ProxyError(
                 400,
                 "websocket_not_gated",
@@ -157,7 +153,7 @@ class Exchange:
                 body.check_content_type(content_type)
                 self._check_length()
             except body.BodyError:
-                metrics.requests.labels(route, "invalid", "-").inc()
+                metrics.count(route, "invalid", "-")
                 raise
             self.gated = gated
             _readable_encodings(headers, mutation)
@@ -183,7 +179,7 @@ class Exchange:
         try:
             return tenant_for(credential or None, self.front.config)
         except ProxyError:
-            self.front.metrics.requests.labels("any", "unauthorized", "-").inc()
+            self.front.metrics.count("any", "unauthorized", "-")
             raise
 
     def _credentials_mutation(self) -> Any:
@@ -225,7 +221,7 @@ class Exchange:
         assert gated is not None
         limit = config.limits.max_body_bytes
         if len(raw) > limit:
-            front.metrics.requests.labels(targets.GATED[gated], "invalid", "-").inc()
+            front.metrics.count(targets.GATED[gated], "invalid", "-")
             raise _too_large(limit)
         headers = self.headers
         decided = await pipeline.admit(
@@ -250,7 +246,7 @@ class Exchange:
         )
         if isinstance(decided, pipeline.Answer):
             return self._immediate(decided)
-        front.metrics.requests.labels(targets.GATED[gated], decided.outcome, decided.upstream).inc()
+        front.metrics.count(targets.GATED[gated], decided.outcome, decided.upstream)
         self.added = decided.add_headers
         if decided.record:
             self.recording = Recording(

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from proxy.admission.ids import new_request_id
 from proxy.server.keys import REQUEST_ID
 from proxy.server.tracing import TRACING
 
@@ -109,9 +110,10 @@ def log_access(access: Access) -> None:
 
 @web.middleware
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Around everything but the request's id: the request id for its log lines, its span
-    (with tracing on), and its access line once it is done, answered or cut short."""
-    request_id = request[REQUEST_ID]
+    """Around everything: the request's id (before anything is done with it) for its answer
+    and its log lines, its span (with tracing on), and its access line once it is done,
+    answered or cut short."""
+    request_id = request[REQUEST_ID] = new_request_id()
     access = Access(request_id, request.method, request.raw_path.partition("?")[0])
     request[ACCESS] = access
     token = CURRENT_REQUEST_ID.set(request_id)

@@ -16,6 +16,7 @@ from multidict import CIMultiDict
 
 from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.emitted import EmittedCalls, EmittedChecks
+from proxy.admission.ids import new_request_id
 from proxy.admission.tap import Recording
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
@@ -33,7 +34,6 @@ from proxy.server.keys import (
     READINESS,
     REQUEST_ID,
     WORKER,
-    new_request_id,
 )
 from proxy.server.readiness import Readiness
 from proxy.server.tracing import TRACING, Tracing
@@ -87,7 +87,7 @@ async def check_target(request: web.Request, handler: Handler) -> web.StreamResp
     try:
         request[TARGET] = targets.read_target(request.raw_path)
     except targets.TargetError as exc:
-        request.app[METRICS].requests.labels("any", "invalid_target", "-").inc()
+        request.app[METRICS].count("any", "invalid_target", "-")
         raise ProxyError(400, "invalid_request_target", str(exc)) from None
     return await handler(request)
 
@@ -135,13 +135,6 @@ def answer(decided: pipeline.Answer) -> web.Response:
     )
 
 
-@web.middleware
-async def _identify(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give the request its id before anything is done with it."""
-    request[REQUEST_ID] = new_request_id()
-    return await handler(request)
-
-
 async def _name_the_request(request: web.Request, response: web.StreamResponse) -> None:
     """Every answer, relayed or the proxy's own, carries the proxy's request id as
     `x-request-id`; an upstream's own id moves to `x-upstream-request-id` (the proxy's
@@ -167,10 +160,10 @@ def make_app(
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
-        # The id first, so that every answer, a refused target's too, carries it; then its
-        # access line and span; then the place failures become answers, around everything
-        # that may fail.
-        middlewares=[_identify, observe, answer_failures, check_target, admin.guard],
+        # The id, access line and span first, so that every answer, a refused target's too,
+        # carries the id; then the place failures become answers, around everything that
+        # may fail.
+        middlewares=[observe, answer_failures, check_target, admin.guard],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
@@ -215,7 +208,7 @@ def make_app(
 def make_admin_app(main: web.Application) -> web.Application:
     """The admin endpoints alone, for their own listener (`admin.listen`): the state of the
     started `main` app, no key asked, and nothing else served (a 404 in the API's shape)."""
-    app = web.Application(middlewares=[_identify, observe, answer_failures, check_target])
+    app = web.Application(middlewares=[observe, answer_failures, check_target])
     app.on_response_prepare.append(_name_the_request)
     for key, value in main.items():
         app[key] = value
@@ -333,7 +326,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     if named:
         # Dropped as hop-by-hop, such a header would leave the upstream reading the body
         # differently from the proxy.
-        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
+        request.app[METRICS].count("any", "invalid", "-")
         raise ProxyError(
             400,
             "invalid_connection_header",
@@ -342,7 +335,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     unreadable = not_utf8(request.headers)
     if unreadable is not None:
         # It could not go upstream as it came (see not_utf8): refused rather than changed.
-        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
+        request.app[METRICS].count("any", "invalid", "-")
         raise ProxyError(400, "invalid_header", f"the value of {unreadable} is not UTF-8 text")
     current = request.app[IN_FORCE].current
     current.acquire()
@@ -353,7 +346,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
 
 
 def _own(request: web.Request, target: targets.Target) -> ProxyError:
-    request.app[METRICS].requests.labels("any", "not_found", "-").inc()
+    request.app[METRICS].count("any", "not_found", "-")
     message = f"{request.method} {target.path}: no such admin endpoint; /-/ is never forwarded"
     return ProxyError(404, "not_found", message)
 
@@ -370,14 +363,14 @@ async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
         try:
             target = targets.read_target(rest + target.query)
         except targets.TargetError as exc:
-            request.app[METRICS].requests.labels("any", "invalid_target", "-").inc()
+            request.app[METRICS].count("any", "invalid_target", "-")
             raise ProxyError(400, "invalid_request_target", str(exc)) from None
         if target.own:
             raise _own(request, target)
     try:
         tenant = tenant_of(request.headers, current.config)
     except ProxyError:
-        request.app[METRICS].requests.labels("any", "unauthorized", "-").inc()
+        request.app[METRICS].count("any", "unauthorized", "-")
         raise
     matched = routing.route_headers(routes, lambda name: request.headers.getall(name, ()))
     gated = target.gated
@@ -390,7 +383,7 @@ async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
     try:
         routed = routing.select(routes, received, matched, None)
     except ProxyError:
-        request.app[METRICS].requests.labels("any", "invalid", "-").inc()
+        request.app[METRICS].count("any", "invalid", "-")
         raise
     upstream = current.upstreams[routed.upstream]
     if gated is not None and is_websocket(request):
@@ -463,12 +456,12 @@ async def relay(
     except UpstreamError as exc:
         status = exc.code.removeprefix("upstream_")
         books.upstream_answered(name, route, status, time.perf_counter() - sent)
-        books.requests.labels(route, "upstream_error", name).inc()
+        books.count(route, "upstream_error", name)
         what = f"{request.method} {target.partition('?')[0]}"  # no query in the log
         raise upstream_failure(request[REQUEST_ID], what, exc) from None
     finally:
         streams.dec()
-    books.requests.labels(route, outcome, name).inc()
+    books.count(route, outcome, name)
     return response
 
 
@@ -492,10 +485,10 @@ async def gate(
         body.check_content_type(content_type)
         raw = await read_raw(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
     except body.BodyError:
-        app[METRICS].requests.labels(route, "invalid", "-").inc()
+        app[METRICS].count(route, "invalid", "-")
         raise
     except TimeoutError:
-        app[METRICS].requests.labels(route, "invalid", "-").inc()
+        app[METRICS].count(route, "invalid", "-")
         timeout_s = config.limits.body_timeout_s
         message = f"the body did not arrive within {timeout_s:g} s"
         raise ProxyError(408, "body_timeout", message, close=True) from None
@@ -524,7 +517,8 @@ async def gate(
         caches=current.caches,
     )
     access.gate_s = time.perf_counter() - arrived
-    access.findings.update(finding.action for finding in decided.findings)
+    if decided.findings:
+        access.findings.update(finding.action for finding in decided.findings)
     if isinstance(decided, pipeline.Answer):
         access.failed(decided.body["error"]["code"])
         return answer(decided)

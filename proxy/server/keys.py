@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 from aiohttp import web
 
 from proxy.admission.emitted import EmittedChecks
@@ -25,13 +23,8 @@ LEDGER = web.AppKey("ledger", Ledger)
 # Door 2: the checks of the calls upstreams emitted, run once each answer is relayed.
 EMITTED = web.AppKey("emitted", EmittedChecks)
 
-# The proxy's own id of a request: its `x-request-id`, its audit record's `request_id`, and the
-# first word of every log line about it.
+# The proxy's own id of a request (`proxy.admission.ids.new_request_id`).
 REQUEST_ID = web.RequestKey("request_id", str)
-
-
-def new_request_id() -> str:
-    return "req_" + uuid.uuid4().hex
 
 
 READINESS = web.AppKey("readiness", Readiness)

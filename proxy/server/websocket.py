@@ -16,6 +16,7 @@ from aiohttp import web
 from proxy.admission import body, pipeline
 from proxy.admission.continuations import Continuations
 from proxy.admission.emitted import EmittedCalls
+from proxy.admission.ids import new_request_id
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server.access import ACCESS, Access
@@ -28,7 +29,6 @@ from proxy.server.keys import (
     LEDGER,
     METRICS,
     REQUEST_ID,
-    new_request_id,
 )
 from proxy.server.tracing import TRACING
 from proxy.server.upstream import Upstream, UpstreamError, upstream_failure
@@ -117,7 +117,7 @@ async def relay_websocket_ungated(
     normalised path), then pass frames both ways as they are, and the close code and reason of
     whichever side ends first to the other."""
     client, upstream = await _connect(request, current, to, target, route="passthrough")
-    request.app[METRICS].requests.labels("passthrough", "forward", to.name).inc()
+    request.app[METRICS].count("passthrough", "forward", to.name)
     request[ACCESS].outcome = "forward"
     return await _relay(
         request,
@@ -162,7 +162,7 @@ async def _connect(
             time.perf_counter() - sent,
         )
         if route is not None:
-            books.requests.labels(route, "upstream_error", to.name).inc()
+            books.count(route, "upstream_error", to.name)
         what = f"WebSocket {target.partition('?')[0]}"
         raise upstream_failure(request[REQUEST_ID], what, exc) from None
     elapsed = time.perf_counter() - sent
@@ -358,7 +358,7 @@ class _ClientFrames:
         raw = text.encode("utf-8", "surrogatepass")
         evicted = self.continuations.refusal(raw)
         if evicted is not None:
-            app[METRICS].requests.labels("websocket", "invalid", self.route[2] or "-").inc()
+            app[METRICS].count("websocket", "invalid", self.route[2] or "-")
             log.info(
                 "%s answered a frame of WebSocket %s: %s", request_id, connection_id, evicted.code
             )
@@ -397,7 +397,7 @@ class _ClientFrames:
             log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
             self.continuations.failed(raw)
             return _error_event(decided), None
-        app[METRICS].requests.labels("websocket", decided.outcome, decided.upstream).inc()
+        app[METRICS].count("websocket", decided.outcome, decided.upstream)
         if self.tap is not None and decided.record:
             self.tap.expect(decided.context)  # the turn's response is recorded with its input
             if self.tap.emitted is not None:

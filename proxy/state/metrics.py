@@ -111,6 +111,9 @@ class Metrics:
             registry=self.registry,
         )
         self._answered: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        # The children of `requests` by their labels, a few dozen at most: labels() validates
+        # and locks on every call.
+        self._counted: dict[tuple[str, str, str], Counter] = {}
         self.open_streams = Gauge(
             "replay_proxy_open_streams",
             "Answers being relayed from the upstream right now.",
@@ -179,6 +182,16 @@ class Metrics:
         # In multiprocess mode each worker writes its process figures where the scrape reads
         # them; a process of its own has prometheus-client's collectors read it at the scrape.
         self.process = WorkerProcess(self.registry) if multiprocess_dir is not None else None
+
+    def count(self, route: str, outcome: str, upstream: str) -> None:
+        """One request handled (`replay_proxy_requests_total`); `upstream` is `-` when none
+        was chosen."""
+        child = self._counted.get((route, outcome, upstream))
+        if child is None:
+            child = self._counted[route, outcome, upstream] = self.requests.labels(
+                route, outcome, upstream
+            )
+        child.inc()
 
     def upstream_answered(self, upstream: str, route: str, status: str, seconds: float) -> None:
         """One request sent upstream: how its answer began (or failed), and after how long."""
