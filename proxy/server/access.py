@@ -8,7 +8,7 @@ import contextvars
 import logging
 import time
 from collections import Counter
-from contextlib import ExitStack
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +97,8 @@ def _ms(seconds: float | None) -> float | None:
 
 
 ACCESS = web.RequestKey("access", Access)
+# The span of a request with tracing off.
+_NO_SPAN = nullcontext(None)
 
 
 def log_access(access: Access) -> None:
@@ -119,8 +121,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     token = CURRENT_REQUEST_ID.set(request_id)
     tracing = request.app.get(TRACING)
     try:
-        with ExitStack() as stack:
-            span = None if tracing is None else stack.enter_context(tracing.span(request, access))
+        with _NO_SPAN if tracing is None else tracing.span(request, access) as span:
             try:
                 response = await handler(request)
                 _answered(access, response)
