@@ -54,6 +54,13 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def minor_faults(pid: int) -> int:
+    """The page faults a process took that needed no disk (field 10 of /proc/PID/stat): each
+    page of memory it touched for the first time since it was mapped."""
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    return int(fields[7])
+
+
 def _busy_seconds() -> float:
     """CPU time of every process on the machine (user, nice, system; not idle, irq, steal)."""
     with open("/proc/stat", encoding="ascii") as f:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from host import process_cpu_seconds
+from host import minor_faults, process_cpu_seconds
 from servers import memory_mb, pin_apart, reset_peak_rss, settle
 from workload import HEADERS, PATH, Body
 
@@ -55,6 +55,7 @@ class Run:
     window_rps: float  # requests served per second over the window (no ramp, no cut-off)
     peak_rss_mb: float
     others_cores: float = 0.0  # CPU other processes on the machine took meanwhile
+    faults: float = float("nan")  # minor page faults per request served, over the window
 
 
 def run_wrk(
@@ -93,9 +94,11 @@ def run_wrk(
     try:
         time.sleep(min(1.0, duration_s * 0.25))
         served0, cpu0, t0 = served(), process_cpu_seconds(pid), time.monotonic()
+        faults0 = minor_faults(pid)
         window_end = started_at + duration_s - min(0.3, duration_s * 0.15)
         time.sleep(max(0.0, window_end - time.monotonic()))
         served1, cpu1, t1 = served(), process_cpu_seconds(pid), time.monotonic()
+        faults1 = minor_faults(pid)
         out, err = wrk.communicate(timeout=duration_s + 60)
     finally:
         if wrk.poll() is None:
@@ -121,4 +124,5 @@ def run_wrk(
         window_requests=window,
         window_rps=window / (t1 - t0),
         peak_rss_mb=memory_mb(pid, "VmHWM"),
+        faults=(faults1 - faults0) / window if window > 0 else float("nan"),
     )

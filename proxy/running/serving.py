@@ -6,6 +6,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import errno
+import functools
 import gc
 import logging
 import os
@@ -40,7 +41,8 @@ async def serve(
     `metrics_dir` is the multiprocess directory of a worker's service (see `make_app`).
     """
     grace_s = config.listen.shutdown_grace_s
-    return_large_buffers()
+    on_glibc = return_large_buffers()
+    trimming: asyncio.Task[None] | None = None
     app = make_app(config, worker, metrics_dir=metrics_dir)
     in_flight = InFlight()
     app.middlewares.append(in_flight.middleware)
@@ -80,6 +82,8 @@ async def serve(
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
         settle_heap()  # what start-up made is kept: the collector need not walk it again
+        if on_glibc:
+            trimming = asyncio.create_task(trim_heap_every(_TRIM_EVERY_S))
         # Said once its signals are handled: whoever waits for this line may stop it at once.
         log.info(
             "listening on %s://%s:%d, %s",
@@ -110,7 +114,9 @@ async def serve(
         if cut:
             log.warning("%d request(s) still in flight after %g s: cut", cut, grace_s)
     finally:
-        await asyncio.gather(*reloads, return_exceptions=True)
+        if trimming is not None:
+            trimming.cancel()
+        await asyncio.gather(*reloads, *([trimming] if trimming else []), return_exceptions=True)
         if admin is not None:
             await admin.cleanup()
         await runner.cleanup()
@@ -179,6 +185,17 @@ def cannot_listen(host: str, port: int, exc: OSError, section: str = "listen.") 
     return ConfigError(f"{key}: cannot listen on {host}:{port}: {reason}")
 
 
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, if it is glibc (it has mallopt and malloc_trim)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt, libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 # glibc's mallopt(M_MMAP_THRESHOLD, ...): a fixed threshold, which also ends its adjustment;
 # M_TRIM_THRESHOLD: how much free memory at the heap's top is kept rather than given back.
 _M_MMAP_THRESHOLD = -3
@@ -202,14 +219,42 @@ def return_large_buffers() -> bool:
     allocates for each read of a socket, which would otherwise be mapped and unmapped at every
     read. Elsewhere than glibc this does nothing.
     """
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, _TRIM_FROM)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_FROM)
     )
+
+
+# How often the heap's free pages are given back (`trim_heap_every`).
+_TRIM_EVERY_S = 10.0
+
+
+def give_back_free_memory() -> bool:
+    """Give the system back the free pages of the heap, those between blocks in use too
+    (glibc's malloc_trim). Elsewhere than glibc this does nothing."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True
+
+
+async def trim_heap_every(
+    period_s: float, trim: Callable[[], object] = give_back_free_memory
+) -> None:
+    """Trim the heap every `period_s` until cancelled.
+
+    Buffers below the mmap threshold (a socket read's 256 KiB, a large body's chunks) come
+    from the heap, and after a burst of large bodies the free space they leave between blocks
+    in use stays in the process's RSS (after the load benchmark's 1 MB bodies, 84 MB untrimmed
+    against 55 MB trimmed once a second). Trimmed every 10 s, the pages given back and taken
+    again cost a few faults a second at most, and a trim takes well under a millisecond.
+    """
+    while True:
+        await asyncio.sleep(period_s)
+        trim()
 
 
 # Net allocations between two young collections (CPython's default: 700).

@@ -18,6 +18,7 @@ from aiohttp import web
 from openai import AsyncOpenAI
 
 from proxy.running.config_file import parse_config
+from proxy.running.serving import give_back_free_memory, trim_heap_every
 from proxy.running.workers import free_port
 from proxy.server.in_force import InForceHolder
 from tests.builders import SALES_TOOL, sales_call, sales_output
@@ -332,6 +333,33 @@ def test_large_buffers_are_mapped_and_a_socket_read_is_not() -> None:
     assert took == "True"
     assert read == "100 0"  # the read's buffer is not a mapping of its own
     assert large == "1"
+
+
+async def test_the_heap_is_trimmed_every_period_until_cancelled() -> None:
+    """`serve` gives the heap's free pages back on a period (`trim_heap_every`): a trim per
+    period, none once the task is cancelled."""
+    trims = 0
+    third = asyncio.Event()
+
+    def trim() -> None:
+        nonlocal trims
+        trims += 1
+        if trims == 3:
+            third.set()
+
+    task = asyncio.create_task(trim_heap_every(0, trim))
+    await asyncio.wait_for(third.wait(), timeout=30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    done = trims
+    await asyncio.sleep(0)
+    assert trims == done >= 3
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc call")
+def test_the_free_pages_are_given_back_on_glibc() -> None:
+    assert give_back_free_memory() is True
 
 
 async def test_a_replaced_upstream_closes_after_its_last_request() -> None:
