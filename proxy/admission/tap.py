@@ -178,31 +178,45 @@ class ResponseTap:
 
     async def _events(self) -> None:
         pending = self.pending
-        # Most servers end lines with LF alone: then a plain search finds each event's end.
-        crlf = b"\r" in pending
-        start = 0
-        while True:
-            if crlf:
-                match = _EVENT_END.search(pending, start)
-                end, after = (match.start(), match.end()) if match else (-1, -1)
+        if b"\r" in pending:
+            start = await self._events_crlf()
+        else:
+            # Most servers end lines with LF alone: then the events that matter are found by
+            # their markers, and the rest (the deltas) are never looked at one by one.
+            start = 0
+            while (at := _first_marker(pending, start)) >= 0:
+                begin = pending.rfind(b"\n\n", start, at)
+                begin = start if begin < 0 else begin + 2
+                end = pending.find(b"\n\n", at)
+                if end < 0:
+                    start = begin  # that event is not whole yet
+                    break
+                await self.event(_data_of(bytes(pending[begin:end])))
+                start = end + 2
             else:
-                end = pending.find(b"\n\n", start)
-                after = end + 2
-            if end < 0:
-                break
-            block = pending[start:end]
-            start = after
-            # Only three kinds of event matter; the rest are not decoded at all.
-            if (
-                b"response.completed" in block
-                or b"response.output_item.done" in block
-                or b"response.incomplete" in block
-            ):
-                await self.event(_data_of(bytes(block)))
+                # No event that matters is whole: drop every whole one, keep the last, partial
+                # one (a marker may yet arrive in it).
+                end = pending.rfind(b"\n\n", start)
+                start = start if end < 0 else end + 2
         del pending[:start]
         if len(pending) > self.limit:
             self.recorded = True
             pending.clear()
+
+    async def _events_crlf(self) -> int:
+        """The events of a stream whose lines may end with CRLF, one by one: decode those that
+        matter; where the rest starts."""
+        pending = self.pending
+        start = 0
+        while True:
+            match = _EVENT_END.search(pending, start)
+            if match is None:
+                return start
+            block = pending[start : match.start()]
+            start = match.end()
+            # Only three kinds of event matter; the rest are not decoded at all.
+            if any(marker in block for marker in _MARKERS):
+                await self.event(_data_of(bytes(block)))
 
     async def event(self, data: bytes | str) -> None:
         """One event's JSON (an SSE `data:` or a WebSocket frame)."""
@@ -233,8 +247,10 @@ class ResponseTap:
 
 _FAILED = ("response.failed", "error")
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
+# The types of the only SSE events the tap decodes.
+_MARKERS = (b"response.completed", b"response.incomplete", b"response.output_item.done")
 _MARKERS_OF: dict[type, tuple[Any, ...]] = {
-    bytes: (b"response.completed", b"response.incomplete", b"response.output_item.done"),
+    bytes: _MARKERS,
     # WebSocket frames: a failed turn ends too (its queued context is dropped).
     str: (
         "response.completed",
@@ -244,6 +260,16 @@ _MARKERS_OF: dict[type, tuple[Any, ...]] = {
         "response.failed",
     ),
 }
+
+
+def _first_marker(pending: bytearray, start: int) -> int:
+    """Where the first of the markers is in `pending` from `start`, or -1."""
+    first = -1
+    for marker in _MARKERS:
+        at = pending.find(marker, start)
+        if at >= 0 and (first < 0 or at < first):
+            first = at
+    return first
 
 
 def _data_of(block: bytes) -> bytes:
