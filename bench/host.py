@@ -46,19 +46,24 @@ def _revision() -> str:
     return f"proxy at {commit}" + (" with uncommitted changes" if dirty else "")
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (which may hold spaces and
+    parentheses): element 0 is field 3 (state)."""
+    stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    return stat.rsplit(")", 1)[1].split()
+
+
 def process_cpu_seconds(pid: int) -> float:
     """utime + stime of a whole process (every thread), from /proc/PID/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    fields = stat.rsplit(")", 1)[1].split()
-    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    fields = _stat_fields(pid)
+    # utime and stime are fields 14 and 15.
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def minor_faults(pid: int) -> int:
     """The page faults a process took that needed no disk (field 10 of /proc/PID/stat): each
     page of memory it touched for the first time since it was mapped."""
-    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
-    return int(fields[7])
+    return int(_stat_fields(pid)[7])
 
 
 def _busy_seconds() -> float:
