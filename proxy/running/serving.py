@@ -190,10 +190,9 @@ def _glibc() -> ctypes.CDLL | None:
     """The C library, if it is glibc (it has mallopt and malloc_trim)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt, libc.malloc_trim  # noqa: B018
-    except (OSError, AttributeError):
+    except OSError:
         return None
-    return libc
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
 # glibc's mallopt(M_MMAP_THRESHOLD, ...): a fixed threshold, which also ends its adjustment;
