@@ -47,6 +47,8 @@ def check_arguments(
                 violations[Violation("", "invalid_schema")] = None
             else:
                 violations.update(dict.fromkeys(schema.violations(instance, deadline)))
+    if allowance is not None and any(v.reason in TIMEOUTS for v in violations):
+        allowance.run_out()
     if violations:
         return ("arguments_schema", tuple(violations), passed(instance, violations))
     return "ok"

@@ -83,6 +83,12 @@ class Allowance:
         finally:
             self.left -= time.monotonic() - started
 
+    def run_out(self) -> None:
+        """A validation stopped at its deadline: nothing is left for the request's others. A
+        regex's own timer may stop it a little before the deadline by this clock, which would
+        otherwise leave a sliver that the next validation starts on and times out in."""
+        self.left = min(self.left, 0.0)
+
 
 # The budget of the validation running in this context. Validation is synchronous, so a
 # context holds at most one; the keywords below find it here because jsonschema passes them

@@ -125,6 +125,8 @@ class ItemSchemas:
                 with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
                     found = tuple(self.iter_violations(schema, item, deadline))
                 timed_out = any(v.reason in _TIMEOUTS for v in found)
+                if timed_out and allowance is not None:
+                    allowance.run_out()
                 if cache is not None and key is not None and not timed_out:
                     cache.put((schema, key), found)
             if found:

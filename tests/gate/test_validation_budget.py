@@ -86,3 +86,27 @@ def test_a_timeout_is_not_remembered_for_the_next_request() -> None:
     assert [f.call_id for f in busy.findings] == ["call_0", "call_ok"]
     # Alone, with a budget of its own, the same call passes: the timeout was not cached.
     assert inspect({"tools": [LOOKUP], "input": [benign, answered]}, policy) == Verdict("forward")
+
+
+class _EarlyTimer:
+    """A compiled pattern whose timer fires at once, before the deadline by any clock (as the
+    `regex` module's own timer may, a little)."""
+
+    def search(self, string: str, timeout: float | None = None) -> None:
+        raise TimeoutError
+
+
+def test_a_match_stopped_before_the_deadline_still_spends_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A regex stopped by its timer ends the request's validation time, whatever the clock
+    says is left: the other calls are not started (no sliver of time for each to time out in).
+    """
+    monkeypatch.setattr("proxy.gate.patterns.Patterns.get", lambda self, source: _EarlyTimer())
+    verdict = inspect({"tools": [LOOKUP], "input": [USER, *evil_pairs(3)]}, Policy())
+    reasons = [[v.as_dict() for v in f.fail] for f in verdict.findings]
+    assert reasons == [
+        [{"path": "/q", "reason": "pattern_timeout"}],
+        [{"path": "", "reason": "validation_timeout"}],
+        [{"path": "", "reason": "validation_timeout"}],
+    ]
