@@ -6,7 +6,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from proxy.gate.arguments import TIMEOUTS, check_arguments, compile_schemas, pending_schemas
+    from proxy.gate.arguments import check_arguments, compile_schemas, pending_schemas
+    from proxy.gate.budget import TIMEOUTS
     from proxy.gate.caches import CachedVerdict, GateCaches, VerdictKey
     from proxy.gate.failure import failure_output, failure_record
     from proxy.gate.pairing import NOTHING_RECORDED, NothingRecorded, Pairing, Recorded
@@ -46,7 +47,7 @@ _WHERE = {
     "Policy": "proxy.gate.policy",
     "REASONS": "proxy.gate.policy",
     "Recorded": "proxy.gate.pairing",
-    "TIMEOUTS": "proxy.gate.arguments",
+    "TIMEOUTS": "proxy.gate.budget",
     "UNKNOWN_REFERENCE": "proxy.gate.policy",
     "Verdict": "proxy.gate.verdict",
     "VerdictKey": "proxy.gate.caches",

@@ -9,7 +9,7 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 
 from proxy.gate import items, strictjson
-from proxy.gate.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
+from proxy.gate.budget import TIMEOUTS, Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.policy import (
     Policy,
@@ -21,8 +21,6 @@ from proxy.gate.schemas import (
     Violation,
     pointer,
 )
-
-TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
 
 
 def check_arguments(

@@ -19,6 +19,8 @@ from proxy.gate.patterns import Patterns
 
 PATTERN_TIMEOUT = "pattern_timeout"
 VALIDATION_TIMEOUT = "validation_timeout"
+# How a validation can run out of time; a verdict with one of them is never cached.
+TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
 
 Keyword = Callable[[Any, Any, Any, Any], Any]
 

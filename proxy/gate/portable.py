@@ -33,7 +33,7 @@ import orjson
 
 from proxy.gate import acceptor, items
 from proxy.gate.acceptor import Check, Steps
-from proxy.gate.budget import PATTERN_TIMEOUT, VALIDATION_TIMEOUT, Allowance
+from proxy.gate.budget import TIMEOUTS, Allowance
 from proxy.gate.items import Item
 from proxy.gate.schemas import LRU, Compiled, SchemaLimits, Violation, compile_schema
 
@@ -50,7 +50,6 @@ _RECORDED = frozenset({items.RECORDED_TOOLS, items.RECORDED_SCHEMAS})
 # Array elements (an output's content parts) the quick acceptor may check for one request,
 # about a µs each: past them, items go to jsonschema, bounded in time.
 QUICK_STEPS = 100_000
-_TIMEOUTS = frozenset({PATTERN_TIMEOUT, VALIDATION_TIMEOUT})
 # Items whose JSON is at most this long are their own cache key; longer ones, a digest.
 _EXACT_KEY_BYTES = 256
 
@@ -124,7 +123,7 @@ class ItemSchemas:
             if found is None:
                 with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
                     found = tuple(self.iter_violations(schema, item, deadline))
-                timed_out = any(v.reason in _TIMEOUTS for v in found)
+                timed_out = any(v.reason in TIMEOUTS for v in found)
                 if timed_out and allowance is not None:
                     allowance.run_out()
                 if cache is not None and key is not None and not timed_out:
