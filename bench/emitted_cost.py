@@ -67,6 +67,26 @@ def export(revision: str, into: Path) -> str:
     return short
 
 
+def source_trees(
+    into: Path, base: str | None, head: str | None, extra: list[str]
+) -> dict[str, Path | None]:
+    """The replay-proxy trees a comparison serves, by name: `base` and `head` exported under
+    `into` (`head` None: the working tree, as installed), then each directory of `extra` (one
+    holding a `proxy` package)."""
+    trees: dict[str, Path | None] = {}
+    if base is not None:
+        (into / "base").mkdir()
+        trees[f"proxy {export(base, into / 'base')}"] = into / "base"
+    if head is None:
+        trees["proxy tree"] = None
+    else:
+        (into / "head").mkdir()
+        trees[f"proxy {export(head, into / 'head')}"] = into / "head"
+    for directory in extra:
+        trees[f"proxy {directory}"] = Path(directory).resolve()
+    return trees
+
+
 def _order(n: int, field: str) -> dict[str, object]:
     arguments = f'{{"order_id":"ORD-{n:06d}","fields":["status","{field}"]}}'
     return {

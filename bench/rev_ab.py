@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
-from emitted_cost import export
+from emitted_cost import source_trees
 from host import Others
 from servers import Server, free_port, served_by_proxy, served_by_stub, settle, started
 from workload import GATE_CONFIG, bodies
@@ -54,16 +54,7 @@ def main() -> int:
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-rev-ab-")))
         log = stack.enter_context((tmp / "servers.log").open("wb"))
-        trees: dict[str, Path | None] = {}
-        (tmp / "base").mkdir()
-        trees[f"proxy {export(args.base, tmp / 'base')}"] = tmp / "base"
-        if args.head is None:
-            trees["proxy tree"] = None  # the working tree, as installed
-        else:
-            (tmp / "head").mkdir()
-            trees[f"proxy {export(args.head, tmp / 'head')}"] = tmp / "head"
-        for directory in args.tree:
-            trees[f"proxy {directory}"] = Path(directory).resolve()
+        trees = source_trees(tmp, args.base, args.head, args.tree)
         port = free_port()
         stub_argv = [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(port)]
         stub = stack.enter_context(started("stub", stub_argv, port, log))

@@ -1,0 +1,262 @@
+"""Instructions per request: replay-proxy and the pass-through, each counted by callgrind.
+
+Run from the repository root: `python bench/instructions.py [--base REV] [--tree DIR]...
+[--bodies "a;b"] [--seconds S]` (needs `wrk` and valgrind: `apt-get install valgrind`; about
+half a minute per body and server). CPU time on a shared machine drifts by more than the
+changes worth making (see docs/performance.md); the count of user-space instructions a
+server executes per request does not: two runs of the same code agree within about 2 %.
+It leaves out the kernel's share (the socket calls, much the same on both sides), so read
+it beside `load.py`'s CPU figures, not instead of them.
+
+Each server runs under `valgrind --tool=callgrind` with counting off until it listens. For
+each body: a warm-up under `wrk -c8`, the counters zeroed, `wrk -c8 -d{S}s`, and the count
+read back (`callgrind_control`), divided by the requests the stub upstream answered
+meanwhile. The working tree is measured, beside the pass-through, the tree at `--base` if
+given, and each `--tree` (a directory holding a `proxy` package). The servers take turns,
+one at a time, in front of one stub upstream; all listen on 127.0.0.1 and are stopped (by
+PID) at the end.
+
+`--in-process` counts single steps instead, each in a process of its own under callgrind,
+per call over `--repeat` calls after a warm-up: the readers a gated body can be parsed with
+(`jiter` as the proxy calls it, duplicate keys refused; `orjson`, which reads no duplicate
+key), the proxy's strict read (`body.loads`) and the whole admission (`admit`, the ledger in
+memory, schemas compiled, verdicts cached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import yaml
+from emitted_cost import source_trees
+from host import ROOT
+from servers import Server, free_port, served_by_stub, started
+from workload import GATE_CONFIG, PATH, Body, bodies
+from wrk import write_script
+
+BENCH = Path(__file__).resolve().parent
+CONNECTIONS = 8
+WARM_S = 4
+BODIES = ("small", "10 pairs", "small, SSE")
+PASS = "pass-through"
+STEPS = ("jiter", "orjson", "body.loads", "admit")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--base", default=None, help="a revision to measure too")
+    parser.add_argument(
+        "--tree", action="append", default=[], help="a directory holding a proxy package"
+    )
+    parser.add_argument("--seconds", type=int, default=15, help="of counted load per body")
+    parser.add_argument(
+        "--bodies", default=";".join(BODIES), help="bodies of workload.py, `;` between"
+    )
+    parser.add_argument("--in-process", action="store_true", help="count single steps")
+    parser.add_argument("--repeat", type=int, default=200, help="calls per step counted")
+    parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)  # in the counted child
+    args = parser.parse_args()
+    chosen = [b for b in bodies() if b.name in args.bodies.split(";")]
+    if args.step is not None:
+        return _step(args.step, chosen[0], args.repeat)
+    if args.in_process:
+        return _in_process(chosen, args.repeat)
+    counted: dict[str, dict[str, float]] = {}
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-ir-")))
+        log = stack.enter_context((tmp / "servers.log").open("wb"))
+        trees = source_trees(tmp, args.base, None, args.tree)
+        port = free_port()
+        stub_argv = [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(port)]
+        stub = stack.enter_context(started("stub", stub_argv, port, log))
+        served = served_by_stub(stub.url)
+        scripts = {b.name: write_script(tmp, i, b) for i, b in enumerate(chosen)}
+        commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
+            PASS: ([str(BENCH / "passthrough.py"), "--upstream", stub.url], None)
+        }
+        for index, (name, path) in enumerate(trees.items()):
+            config = tmp / f"proxy-{index}.yaml"
+            audit = {"path": str(tmp / f"audit-{index}.jsonl")}
+            config.write_text(yaml.safe_dump({**GATE_CONFIG, "audit": audit}), "utf-8")
+            argv = [*(["-P"] if path else []), "-m", "proxy", "serve", "--upstream", stub.url]
+            argv += ["--config", str(config), "--log-level", "WARNING"]
+            commands[name] = (argv, {"PYTHONPATH": str(path)} if path else None)
+        for name, (argv, env) in commands.items():
+            port = free_port()
+            out = tmp / f"callgrind-{len(counted)}.out"
+            wrapped = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+            wrapped += [f"--callgrind-out-file={out}", sys.executable, *argv]
+            with started(name, [*wrapped, "--port", str(port)], port, log, env, 300) as server:
+                _control(server, "--instr=on")
+                dumps = [0]
+                counted[name] = {
+                    body.name: _per_request(
+                        server, out, dumps, served, scripts[body.name], body, args.seconds
+                    )
+                    for body in chosen
+                }
+    print(  # noqa: T201
+        f"callgrind, wrk -c{CONNECTIONS} -d{args.seconds}s per body: thousands of user-space "
+        "instructions per request"
+    )
+    names = list(counted)
+    ratios = " | ".join(f"{n} / pass" for n in names[1:])
+    print(f"| body | {' | '.join(names)} | {ratios} |")  # noqa: T201
+    print("| :--- |" + " ---: |" * (2 * len(names) - 1))  # noqa: T201
+    for body in chosen:
+        row = [f"{counted[n][body.name] / 1000:,.0f}" for n in names]
+        row += [f"{counted[n][body.name] / counted[PASS][body.name]:.2f}x" for n in names[1:]]
+        print(f"| {body.name} | " + " | ".join(row) + " |")  # noqa: T201
+    return 0
+
+
+def _per_request(
+    server: Server,
+    out: Path,
+    dumps: list[int],
+    served: Callable[[], int],
+    script: Path,
+    body: Body,
+    seconds: int,
+) -> float:
+    """Instructions per request served, over `seconds` of load after a warm-up; `dumps`
+    holds how many dumps callgrind has written to `out` so far."""
+    _wrk(server, script, WARM_S)
+    time.sleep(0.5)  # the warm-up's last answers out
+    _control(server, "--zero")
+    before = served()
+    _wrk(server, script, seconds)
+    time.sleep(0.5)
+    requests = served() - before
+    if requests <= 0:
+        raise SystemExit(f"{server.name}, {body.name}: no request served")
+    _control(server, "--dump")
+    dump, dumps[0] = _dumped(out, dumps[0])
+    return _instructions(dump) / requests
+
+
+def _wrk(server: Server, script: Path, seconds: int) -> None:
+    argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "60s"]
+    ran = subprocess.run(
+        [*argv, "-s", str(script), server.url + PATH], capture_output=True, text=True, check=True
+    )
+    if "Non-2xx" in ran.stdout or "Socket errors" in ran.stdout:
+        raise SystemExit(f"{server.name}: wrk saw failures:\n{ran.stdout}")
+
+
+def _in_process(chosen: list[Body], repeat: int) -> int:
+    counted: dict[tuple[str, str], float] = {}
+    with tempfile.TemporaryDirectory(prefix="replay-ir-") as tmp:
+        for body in chosen:
+            for step in STEPS:
+                out = Path(tmp) / f"step-{len(counted)}.out"
+                argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+                argv += [f"--callgrind-out-file={out}", sys.executable, str(Path(__file__))]
+                argv += ["--step", step, "--bodies", body.name, "--repeat", str(repeat)]
+                subprocess.run(argv, cwd=ROOT, capture_output=True, check=True)
+                dump, _ = _dumped(out, 0)
+                counted[body.name, step] = _instructions(dump) / repeat
+    print(  # noqa: T201
+        f"callgrind, {repeat} calls per step: thousands of user-space instructions per call"
+    )
+    print(f"| body | {' | '.join(STEPS)} |")  # noqa: T201
+    print("| :--- |" + " ---: |" * len(STEPS))  # noqa: T201
+    for body in chosen:
+        row = " | ".join(f"{counted[body.name, step] / 1000:,.0f}" for step in STEPS)
+        print(f"| {body.name} | {row} |")  # noqa: T201
+    return 0
+
+
+def _step(step: str, body: Body, repeat: int) -> int:
+    """In the child callgrind runs: `repeat` calls of `step` on `body`, counted alone."""
+    import asyncio
+
+    import jiter
+    import orjson
+
+    from proxy.admission import pipeline
+    from proxy.admission.body import loads
+    from proxy.admission.routing import RouteCaches
+    from proxy.running.config_file import parse_config
+    from proxy.state.audit import AuditLog
+    from proxy.state.ledger import Ledger
+    from proxy.state.metrics import Metrics
+    from proxy.state.stores import MemoryStore
+
+    raw = body.data
+    with tempfile.TemporaryDirectory(prefix="replay-ir-step-") as tmp:
+        config = parse_config({**GATE_CONFIG, "upstream": {"url": "http://127.0.0.1:9"}})
+        ledger = Ledger(
+            MemoryStore(max_responses=10_000, ttl_s=3600), max_chain=64, fail_open=False
+        )
+        audit_log = AuditLog(str(Path(tmp) / "audit.jsonl"))
+        metrics = Metrics()
+        caches = RouteCaches(config)
+        request = pipeline.Request(raw, PATH, "http", "req_bench", None, "application/json")
+
+        async def admit(times: int) -> None:
+            for _ in range(times):
+                await pipeline.admit(
+                    request,
+                    config,
+                    ledger=ledger,
+                    audit_log=audit_log,
+                    metrics=metrics,
+                    caches=caches,
+                )
+
+        def run(times: int) -> None:
+            if step == "admit":
+                asyncio.run(admit(times))
+                return
+            for _ in range(times):
+                if step == "jiter":
+                    jiter.from_json(
+                        raw, allow_inf_nan=False, catch_duplicate_keys=True, cache_mode="keys"
+                    )
+                elif step == "orjson":
+                    orjson.loads(raw)
+                else:
+                    loads(raw)
+
+        run(50)  # schemas compiled, verdicts cached, the readers' caches warm
+        pid = str(os.getpid())
+        subprocess.run(["callgrind_control", "--instr=on", pid], capture_output=True, check=True)
+        run(repeat)
+        subprocess.run(["callgrind_control", "--dump", pid], capture_output=True, check=True)
+        audit_log.close()
+    return 0
+
+
+def _control(server: Server, option: str) -> None:
+    subprocess.run(["callgrind_control", option, str(server.pid)], capture_output=True, check=True)
+
+
+def _dumped(out: Path, after: int) -> tuple[Path, int]:
+    """The dump callgrind writes after the `after`th (`OUT.1`, `OUT.2`, ...), once it is whole."""
+    wanted = out.with_name(f"{out.name}.{after + 1}")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if wanted.exists() and "totals:" in wanted.read_text("utf-8")[-4096:]:
+            return wanted, after + 1
+        time.sleep(0.2)
+    raise SystemExit(f"callgrind wrote no {wanted.name} within 60 s")
+
+
+def _instructions(dump: Path) -> float:
+    for line in dump.read_text("utf-8").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return float(line.split()[1])
+    raise SystemExit(f"{dump}: no instruction count in the dump")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
