@@ -316,11 +316,19 @@ def context_of(
     listed = parsed.get("input")
     input_items = listed if isinstance(listed, list) else []
     named = {i for f in verdict.findings for i in (f.index, f.paired_index) if i is not None}
-    sent = None if verdict.input is None else {id(item) for item in verdict.input}
+    # Each item's kind read once: a body of a few hundred pairs asks for each several times.
+    kinds = [items.kind(item) for item in input_items]
+    went: Iterable[tuple[Any, str | None]]
+    if verdict.input is None:
+        went = zip(input_items, kinds, strict=True)
+        sent = None
+    else:
+        went = ((item, items.kind(item)) for item in verdict.input)
+        sent = {id(item) for item in verdict.input}
     answered = {
         call_id
-        for item in (input_items if verdict.input is None else verdict.input)
-        if items.is_output(item)
+        for item, item_kind in went
+        if item_kind == items.FUNCTION_CALL_OUTPUT
         if (call_id := items.output_call_id(item)) is not None
     }
     tools_key = tools_key_of(tools) if tools else None
@@ -330,7 +338,7 @@ def context_of(
     for index, item in enumerate(input_items):
         if index in named or (sent is not None and id(item) not in sent):
             continue
-        item_kind = items.kind(item)
+        item_kind = kinds[index]
         if item_kind in (items.ITEM_REFERENCE, COMPACTION):
             ref = items.reference_id(item)
             resolved = view.item(ref) if view is not None and ref is not None else None
@@ -343,24 +351,23 @@ def context_of(
         ):
             # Only what an output may answer: a client that resends its whole history each
             # turn must not make every response hold that history again.
-            found += _unanswered((item,), answered, tools_key, trusted=False)
+            if items.pairing_key_of(item, item_kind) in answered:
+                continue
+            recorded = kept(item, tools_key)
+            if recorded is not None:
+                found.append(recorded)
     if not found and not tools and not compacts:
         return NO_CONTEXT
     return Context(tuple(found), tools, compacts, tools_key)
 
 
-def _unanswered(
-    found: Iterable[Any],
-    answered: set[str],
-    tools: str | None = None,
-    *,
-    trusted: bool = True,
-) -> list[dict[str, Any]]:
+def _unanswered(found: Iterable[Any], answered: set[str]) -> list[dict[str, Any]]:
+    """The recorded calls of `found` (the ledger's, tagged already) that no output answers."""
     return [
         recorded
         for item in found
         if isinstance(item, dict) and items.pairing_key(item) not in answered
-        if (recorded := kept(item, tools, trusted=trusted)) is not None
+        if (recorded := kept(item, trusted=True)) is not None
     ]
 
 

@@ -139,6 +139,8 @@ class Verdict:
 
     def header(self) -> str | None:
         """The `x-replay-gate` value for a forwarded request that had findings."""
+        if not self.findings:
+            return None
         parts = [
             f"{a}={n}"
             for a, n in (
@@ -196,6 +198,7 @@ class _Inspection:
     def run(self) -> Verdict:
         findings: list[Finding] = []
         upstream_only: set[int] = set()
+        vendor = self.policy.vendor  # without one, no item is foreign
         for index, item in enumerate(self.input):
             if items.is_envelope(item):
                 call_id = item.get("tool_call_id")
@@ -214,7 +217,7 @@ class _Inspection:
             elif index in self.pairing.unknown:
                 unknown = self.finding(index, None, UNKNOWN_REFERENCE)
                 findings.append(replace(unknown, reference=items.reference_id(item)))
-            foreign = self.foreign(index, item)
+            foreign = self.foreign(index, item) if vendor is not None else None
             if foreign is not None:
                 findings.append(foreign)
                 if foreign.action == "strip" and self.answered_upstream(index):
