@@ -39,6 +39,10 @@ _TYPES = {
 _REF = "#/components/schemas/"
 
 
+# What a property that is not there reads as: no JSON value is this object.
+_ABSENT = object()
+
+
 class Unsupported(ValueError):
     """A schema with a keyword (or a keyword value) the acceptor does not evaluate."""
 
@@ -78,7 +82,8 @@ class _Writer:
     def __init__(self, definitions: Mapping[str, Any], patterns: Patterns) -> None:
         self.definitions = definitions
         self.patterns = patterns
-        self.constants: dict[str, Any] = {"_all_items": _all_items}
+        self.constants: dict[str, Any] = {"_all_items": _all_items, "_absent": _ABSENT}
+        self.locals = 0  # the property values read so far, each a local `_v<n>`
         self.functions: list[str] = []
         self.refs: dict[str, str] = {}
         self.building: set[str] = set()
@@ -113,15 +118,34 @@ class _Writer:
         return self.refs[name]
 
     def expression(self, schema: Any, v: str) -> str:
-        """An expression true only when the value `v` (an expression) is valid."""
+        """An expression true only when the value `v` (a name) is valid.
+
+        A schema of one `type` is checked for it first; its other keywords then assert what
+        they assert of that type without asking the type again."""
         if schema is True:
             return "True"
         if not isinstance(schema, dict):
             raise Unsupported(f"schema {schema!r}")
-        parts = [self.keyword(k, value, v) for k, value in schema.items() if not _ignored(k)]
+        parts = []
+        known = None
+        if "type" in schema:
+            parts.append(self.keyword("type", schema["type"], v, None))
+            known = schema["type"]
+        parts += [
+            self.keyword(k, value, v, known)
+            for k, value in schema.items()
+            if k != "type" and not _ignored(k)
+        ]
         return "(" + " and ".join(parts) + ")" if parts else "True"
 
-    def keyword(self, name: str, value: Any, v: str) -> str:
+    def keyword(self, name: str, value: Any, v: str, known: str | None) -> str:
+        """The expression of one keyword of a schema whose `type` is `known` (checked before
+        it, so that a keyword of that type's values needs no guard); None: any type."""
+
+        def unless_not(json_type: str, python_type: str, then: str) -> str:
+            # A keyword of one type's values holds for a value of any other type.
+            return then if known == json_type else f"(not isinstance({v}, {python_type}) or {then})"
+
         if name == "$ref":
             return f"{self.ref(value)}({v}, steps)"
         if name == "type":
@@ -132,33 +156,37 @@ class _Writer:
             # Strings only: jsonschema's equality differs from Python's for 1, 1.0 and True.
             if not isinstance(value, list) or not all(isinstance(e, str) for e in value):
                 raise Unsupported(f"enum {value!r}")
-            return f"(isinstance({v}, str) and {v} in {self.constant(frozenset(value))})"
+            listed = f"{v} in {self.constant(frozenset(value))}"
+            return f"({listed})" if known == "string" else f"(isinstance({v}, str) and {listed})"
         if name in ("maxLength", "minLength"):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise Unsupported(f"{name} {value!r}")
             compared = "<=" if name == "maxLength" else ">="
-            return f"(not isinstance({v}, str) or len({v}) {compared} {value:d})"
+            return unless_not("string", "str", f"len({v}) {compared} {value:d}")
         if name == "pattern":
             if not isinstance(value, str):
                 raise Unsupported(f"pattern {value!r}")
             compiled = self.constant(self.patterns.get(value))
-            return f"(not isinstance({v}, str) or {compiled}.search({v}) is not None)"
+            return unless_not("string", "str", f"{compiled}.search({v}) is not None")
         if name == "required":
             if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
                 raise Unsupported(f"required {value!r}")
             present = " and ".join(f"{p!r} in {v}" for p in value) or "True"
-            return f"(not isinstance({v}, dict) or ({present}))"
+            return unless_not("object", "dict", f"({present})")
         if name == "properties":
             if not isinstance(value, dict):
                 raise Unsupported(f"properties {value!r}")
-            each = [
-                f"({p!r} not in {v} or {self.expression(s, f'{v}[{p!r}]')})"
-                for p, s in value.items()
-            ]
-            return f"(not isinstance({v}, dict) or ({' and '.join(each) or 'True'}))"
+            each = []
+            for p, s in value.items():
+                # Each property read once, into a local of its own.
+                local = f"_v{self.locals}"
+                self.locals += 1
+                checked = self.expression(s, local)
+                each.append(f"(({local} := {v}.get({p!r}, _absent)) is _absent or {checked})")
+            return unless_not("object", "dict", f"({' and '.join(each) or 'True'})")
         if name == "items":
             item = self.function(value)
-            return f"(not isinstance({v}, list) or _all_items({v}, {item}, steps))"
+            return unless_not("array", "list", f"_all_items({v}, {item}, steps)")
         if name in ("anyOf", "allOf", "oneOf"):
             if not isinstance(value, list) or not value:
                 raise Unsupported(f"{name} {value!r}")
