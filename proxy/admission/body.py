@@ -165,6 +165,8 @@ def _has_infinity(value: Any) -> bool:
         item = stack.pop()
         for child in item.values() if type(item) is dict else item:
             kind = type(child)
+            if kind is str:  # most of a body's values: asked first
+                continue
             if kind is dict or kind is list:
                 stack.append(child)
             elif kind is float and (child == _INFINITY or child == -_INFINITY):
