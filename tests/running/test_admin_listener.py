@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 
 from proxy.running.workers import free_port
 from tests.running.test_serve import REPO, Proxy, start
-from tests.servers.recording import Received, RecordingUpstream
+from tests.servers.recording import RecordingUpstream, held_stream
 
 KEY = "rp-ops-0123456789"
 
@@ -44,16 +43,7 @@ async def test_admin_endpoints_move_to_their_own_listener_which_drains_last(
     )
     release = asyncio.Event()
 
-    async def sse(request: web.Request, received: Received) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(b"data: one\n\n")
-        await release.wait()
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-    recording_upstream.handler = sse
+    recording_upstream.handler = held_stream(release, b"data: [DONE]\n\n")
     proxy = await start("--config", str(path))
     admin = f"http://127.0.0.1:{admin_port}"
     key = {"Authorization": f"Bearer {KEY}"}
@@ -133,15 +123,7 @@ async def test_without_an_admin_listener_an_open_connection_sees_the_drain(
 ) -> None:
     release = asyncio.Event()
 
-    async def sse(request: web.Request, received: Received) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(b"data: one\n\n")
-        await release.wait()
-        await response.write_eof()
-        return response
-
-    recording_upstream.handler = sse
+    recording_upstream.handler = held_stream(release)
     proxy = await start("--upstream", recording_upstream.url)
     try:
         async with (

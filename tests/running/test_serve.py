@@ -14,7 +14,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from openai import AsyncOpenAI
 
 from proxy.running.config_file import parse_config
@@ -22,7 +21,7 @@ from proxy.running.serving import give_back_free_memory, trim_heap_every
 from proxy.running.workers import free_port
 from proxy.server.in_force import InForceHolder
 from tests.builders import SALES_TOOL, sales_call, sales_output
-from tests.servers.recording import Received, RecordingUpstream
+from tests.servers.recording import RecordingUpstream, held_stream
 from tests.servers.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,16 +100,7 @@ async def test_sigterm_lets_a_stream_in_flight_finish(
 ) -> None:
     release = asyncio.Event()
 
-    async def sse(request: web.Request, received: Received) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(b"data: one\n\n")
-        await release.wait()
-        await response.write(b"data: two\n\ndata: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-    recording_upstream.handler = sse
+    recording_upstream.handler = held_stream(release, b"data: two\n\ndata: [DONE]\n\n")
     async with (
         aiohttp.ClientSession() as session,
         session.post(

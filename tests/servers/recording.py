@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,23 @@ Handler = Callable[[web.Request, Received], Awaitable[web.StreamResponse]]
 
 async def _ok(request: web.Request, received: Received) -> web.StreamResponse:
     return web.json_response({"object": "response", "id": "resp_1", "output": []})
+
+
+def held_stream(release: asyncio.Event, tail: bytes = b"") -> Handler:
+    """A handler that streams one event (`data: one`), holds the answer open until `release`
+    is set, then sends `tail` and ends it: a stream in flight, for as long as a test needs."""
+
+    async def stream(request: web.Request, received: Received) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: one\n\n")
+        await release.wait()
+        if tail:
+            await response.write(tail)
+        await response.write_eof()
+        return response
+
+    return stream
 
 
 @dataclass
