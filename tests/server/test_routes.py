@@ -17,7 +17,7 @@ import aiohttp
 import openai
 import pytest
 from aiohttp.test_utils import TestServer
-from openai.types.responses import ResponseCompletedEvent
+from openai.types.responses import Response, ResponseCompletedEvent
 
 from proxy.config import Config
 from proxy.running.config_file import parse_config
@@ -167,6 +167,20 @@ async def tool_turn(
     return response.id, call.model_dump(exclude_none=True)
 
 
+async def answer_on_acme(
+    client: openai.AsyncOpenAI, response_id: str, call: dict[str, Any]
+) -> Response:
+    """The turn that answers `call` with the sales tool's output, continuing `response_id` on
+    the `acme` upstream (by its routing header)."""
+    return await client.responses.create(
+        model=MODEL,
+        tools=TOOLS,
+        input=[sales_output(call["call_id"], "apac: 42")],  # type: ignore[list-item]
+        previous_response_id=response_id,
+        extra_headers={"x-replay-upstream": "acme"},
+    )
+
+
 async def test_a_refused_previous_response_reaches_no_upstream(
     scripted_upstream: str,
     recording_upstream: RecordingUpstream,
@@ -180,13 +194,7 @@ async def test_a_refused_previous_response_reaches_no_upstream(
     response_id, call = await tool_turn(client)
 
     with pytest.raises(openai.BadRequestError) as raised:
-        await client.responses.create(
-            model=MODEL,
-            tools=TOOLS,
-            input=[sales_output(call["call_id"], "apac: 42")],  # type: ignore[list-item]
-            previous_response_id=response_id,
-            extra_headers={"x-replay-upstream": "acme"},
-        )
+        await answer_on_acme(client, response_id, call)
 
     assert raised.value.code == "foreign_previous_response"
     assert recording_upstream.received == []
@@ -202,13 +210,7 @@ async def test_a_previous_response_of_another_upstream_is_refused_without_materi
     response_id, call = await tool_turn(client)
 
     with pytest.raises(openai.BadRequestError) as raised:
-        await client.responses.create(
-            model=MODEL,
-            tools=TOOLS,
-            input=[sales_output(call["call_id"], "apac: 42")],  # type: ignore[list-item]
-            previous_response_id=response_id,
-            extra_headers={"x-replay-upstream": "acme"},
-        )
+        await answer_on_acme(client, response_id, call)
 
     assert raised.value.code == "foreign_previous_response"
     assert raised.value.param == "previous_response_id"
@@ -238,13 +240,7 @@ async def test_a_conversation_moves_to_another_provider_with_materialize(
     client = client_for(await start_routed(**config))
     response_id, call = await tool_turn(client, stream=stream)
 
-    answer = await client.responses.create(
-        model=MODEL,
-        tools=TOOLS,
-        input=[sales_output(call["call_id"], "apac: 42")],  # type: ignore[list-item]
-        previous_response_id=response_id,
-        extra_headers={"x-replay-upstream": "acme"},
-    )
+    answer = await answer_on_acme(client, response_id, call)
 
     assert answer.output_text == "tool said: apac: 42"
     # The new response is acme's own: the next turn continues there without inlining.
@@ -267,13 +263,7 @@ async def test_materialize_sends_the_recorded_history_inline(
     client = client_for(await start_routed(**config))
     response_id, call = await tool_turn(client)
 
-    await client.responses.create(
-        model=MODEL,
-        tools=TOOLS,
-        input=[sales_output(call["call_id"], "apac: 42")],  # type: ignore[list-item]
-        previous_response_id=response_id,
-        extra_headers={"x-replay-upstream": "acme"},
-    )
+    await answer_on_acme(client, response_id, call)
 
     [received] = recording_upstream.received
     body = received.json()
@@ -309,13 +299,7 @@ async def test_the_inlined_history_is_gated_under_the_target_route(
     response_id, call = await tool_turn(client)
 
     with pytest.raises(openai.BadRequestError) as raised:
-        await client.responses.create(
-            model=MODEL,
-            tools=TOOLS,
-            input=[sales_output(call["call_id"], "apac: 42")],  # type: ignore[list-item]
-            previous_response_id=response_id,
-            extra_headers={"x-replay-upstream": "acme"},
-        )
+        await answer_on_acme(client, response_id, call)
 
     assert raised.value.code == "replay_rejected"
     assert isinstance(raised.value.body, dict)
