@@ -17,27 +17,15 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from proxy.server.headers import HOP_BY_HOP as RELAYED_NEVER
 from proxy.server.upstream import Upstream
 from proxy.settings import Upstream as UpstreamSettings
 
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 BASE = web.AppKey("base", str)
 
-# RFC 9110 §7.6.1
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "host",
-    }
-)
+# RFC 9110 §7.6.1's hop-by-hop headers, and the Host the client session sets itself.
+HOP_BY_HOP = RELAYED_NEVER | {"host"}
 
 
 def end_to_end(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
