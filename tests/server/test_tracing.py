@@ -202,7 +202,6 @@ sys.meta_path.insert(0, NoOpenTelemetry())
 
 import aiohttp
 from aiohttp import web
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.running.config_file import parse_config
@@ -243,21 +242,26 @@ def test_the_proxy_serves_without_opentelemetry(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == ["200", "[]"]
 
 
-def test_tracing_enabled_without_opentelemetry_names_the_extra(tmp_path: Path) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text("tracing:\n  enabled: true\n")
+def cli_without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`replay-proxy ARGS` run in a process of its own, in which `module` does not import."""
     blocked = (
-        "import sys; sys.modules['opentelemetry'] = None; "
+        f"import sys; sys.modules[{module!r}] = None; "
         "from proxy.running.cli import main; sys.exit(main(sys.argv[1:]))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", blocked, "config", "check", str(config)],
+    return subprocess.run(
+        [sys.executable, "-c", blocked, *args],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=60,
         check=False,
     )
+
+
+def test_tracing_enabled_without_opentelemetry_names_the_extra(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("tracing:\n  enabled: true\n")
+    done = cli_without("opentelemetry", "config", "check", str(config))
     assert done.returncode == 2
     assert done.stderr == (
         f"replay-proxy: {config}: tracing.enabled: traces need OpenTelemetry: "
@@ -309,18 +313,7 @@ def test_an_exporter_that_does_not_load_stops_the_start_naming_the_key(tmp_path:
         f"tracing:\n  enabled: true\naudit:\n  path: {tmp_path / 'audit.jsonl'}\n"
         "listen:\n  port: 0\n"
     )
-    blocked = (
-        "import sys; sys.modules['opentelemetry.exporter'] = None; "
-        "from proxy.running.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", blocked, "serve", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    done = cli_without("opentelemetry.exporter", "serve", "--config", str(config))
     assert done.returncode == 2
     assert done.stderr.startswith(
         "replay-proxy: tracing.enabled: the OTLP exporter does not load: "
