@@ -198,7 +198,6 @@ class _Inspection:
     def run(self) -> Verdict:
         findings: list[Finding] = []
         upstream_only: set[int] = set()
-        vendor = self.policy.vendor  # without one, no item is foreign
         for index, item in enumerate(self.input):
             if items.is_envelope(item):
                 call_id = item.get("tool_call_id")
@@ -217,7 +216,7 @@ class _Inspection:
             elif index in self.pairing.unknown:
                 unknown = self.finding(index, None, UNKNOWN_REFERENCE)
                 findings.append(replace(unknown, reference=items.reference_id(item)))
-            foreign = self.foreign(index, item) if vendor is not None else None
+            foreign = self.foreign(index, item)
             if foreign is not None:
                 findings.append(foreign)
                 if foreign.action == "strip" and self.answered_upstream(index):
