@@ -95,13 +95,18 @@ def main() -> int:
             wrapped = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
             wrapped += [f"--callgrind-out-file={out}", sys.executable, *argv]
             with started(name, [*wrapped, "--port", str(port)], port, log, env, 300) as server:
-                _control(server, "--instr=on")
-                dumps = [0]
+                _control(server.pid, "--instr=on")
+                # callgrind numbers its dumps OUT.1, OUT.2, ...: one per body, in order.
                 counted[name] = {
                     body.name: _per_request(
-                        server, out, dumps, served, scripts[body.name], body, args.seconds
+                        server,
+                        out.with_name(f"{out.name}.{number}"),
+                        served,
+                        scripts[body.name],
+                        body,
+                        args.seconds,
                     )
-                    for body in chosen
+                    for number, body in enumerate(chosen, 1)
                 }
     print(  # noqa: T201
         f"callgrind, wrk -c{CONNECTIONS} -d{args.seconds}s per body: thousands of user-space "
@@ -120,27 +125,25 @@ def main() -> int:
 
 def _per_request(
     server: Server,
-    out: Path,
-    dumps: list[int],
+    dump: Path,
     served: Callable[[], int],
     script: Path,
     body: Body,
     seconds: int,
 ) -> float:
-    """Instructions per request served, over `seconds` of load after a warm-up; `dumps`
-    holds how many dumps callgrind has written to `out` so far."""
+    """Instructions per request served, over `seconds` of load after a warm-up, read from the
+    `dump` callgrind writes of them."""
     _wrk(server, script, WARM_S)
     time.sleep(0.5)  # the warm-up's last answers out
-    _control(server, "--zero")
+    _control(server.pid, "--zero")
     before = served()
     _wrk(server, script, seconds)
     time.sleep(0.5)
     requests = served() - before
     if requests <= 0:
         raise SystemExit(f"{server.name}, {body.name}: no request served")
-    _control(server, "--dump")
-    dump, dumps[0] = _dumped(out, dumps[0])
-    return _instructions(dump) / requests
+    _control(server.pid, "--dump")
+    return _instructions(_dumped(dump)) / requests
 
 
 def _wrk(server: Server, script: Path, seconds: int) -> None:
@@ -162,7 +165,7 @@ def _in_process(chosen: list[Body], repeat: int) -> int:
                 argv += [f"--callgrind-out-file={out}", sys.executable, str(Path(__file__))]
                 argv += ["--step", step, "--bodies", body.name, "--repeat", str(repeat)]
                 subprocess.run(argv, cwd=ROOT, capture_output=True, check=True)
-                dump, _ = _dumped(out, 0)
+                dump = _dumped(out.with_name(f"{out.name}.1"))
                 counted[body.name, step] = _instructions(dump) / repeat
     print(  # noqa: T201
         f"callgrind, {repeat} calls per step: thousands of user-space instructions per call"
@@ -228,27 +231,26 @@ def _step(step: str, body: Body, repeat: int) -> int:
                     loads(raw)
 
         run(50)  # schemas compiled, verdicts cached, the readers' caches warm
-        pid = str(os.getpid())
-        subprocess.run(["callgrind_control", "--instr=on", pid], capture_output=True, check=True)
+        _control(os.getpid(), "--instr=on")
         run(repeat)
-        subprocess.run(["callgrind_control", "--dump", pid], capture_output=True, check=True)
+        _control(os.getpid(), "--dump")
         audit_log.close()
     return 0
 
 
-def _control(server: Server, option: str) -> None:
-    subprocess.run(["callgrind_control", option, str(server.pid)], capture_output=True, check=True)
+def _control(pid: int, option: str) -> None:
+    """Tell the callgrind running process `pid` to `option` (`--instr=on`, `--zero`, `--dump`)."""
+    subprocess.run(["callgrind_control", option, str(pid)], capture_output=True, check=True)
 
 
-def _dumped(out: Path, after: int) -> tuple[Path, int]:
-    """The dump callgrind writes after the `after`th (`OUT.1`, `OUT.2`, ...), once it is whole."""
-    wanted = out.with_name(f"{out.name}.{after + 1}")
+def _dumped(dump: Path) -> Path:
+    """`dump` once callgrind has written it whole (its totals come last)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if wanted.exists() and "totals:" in wanted.read_text("utf-8")[-4096:]:
-            return wanted, after + 1
+        if dump.exists() and "totals:" in dump.read_text("utf-8")[-4096:]:
+            return dump
         time.sleep(0.2)
-    raise SystemExit(f"callgrind wrote no {wanted.name} within 60 s")
+    raise SystemExit(f"callgrind wrote no {dump.name} within 60 s")
 
 
 def _instructions(dump: Path) -> float:
