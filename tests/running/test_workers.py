@@ -21,7 +21,7 @@ from proxy.running.workers import free_port, retry_delay
 from proxy.state.audit import verify
 from proxy.state.workers import Missing, Slots, WorkerSlot, read_slots, write_slots
 from tests.builders import failing_body
-from tests.running.test_serve import REPO, Proxy, start
+from tests.running.test_serve import REPO, Proxy, start, two_turns
 from tests.server.checks import metric
 from tests.servers.recording import RecordingUpstream
 from tests.servers.redis_server import RedisServer
@@ -266,3 +266,41 @@ def test_a_worker_names_its_chain_by_slot_and_pid(tmp_path: Path) -> None:
     slot = WorkerSlot(str(tmp_path), 2)
     assert slot.chain == f"w2-{os.getpid()}"
     assert slot.stdout_lock == str(tmp_path / "stdout.lock")
+
+
+def test_more_than_one_worker_with_the_memory_ledger_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--workers", "2", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "replay-proxy: --workers 2: the memory ledger is each worker's own, so a follow-up turn "
+        "(previous_response_id) landing on another worker than its first turn would miss it: "
+        "set ledger.backend: redis\n"
+    )
+
+
+async def test_follow_ups_pass_through_two_workers_sharing_a_redis_ledger(
+    scripted_upstream: str, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    path = config_file(tmp_path, scripted_upstream, redis_server)
+    port = free_port("127.0.0.1")
+    proxy = await start("--config", str(path), "--workers", "2", "--port", str(port), listeners=2)
+    try:
+        await worker_pids(proxy.url, 2)
+        # Each turn on a client of its own: a connection of its own, on either worker.
+        said = [await two_turns(proxy.url, proxy.url) for _ in range(20)]
+    finally:
+        assert await proxy.stop() == 0
+    assert said == ["tool said: across processes"] * 20
+    # Each worker's start said what it serves with (the last one's after its "listening on").
+    assert proxy.process.stderr is not None
+    rest = (await proxy.process.stderr.read()).decode()
+    assert f"ledger redis redis://127.0.0.1:{redis_server.port}; " in rest
+    assert "; 2 workers; TLS off" in rest
