@@ -245,12 +245,14 @@ MEANINGS: dict[str, str] = {
     "gate.schema_limits.max_depth": "how deep a tool schema's objects and arrays may nest",
     "gate.schema_limits.max_subschemas": "the most objects (subschemas) in a tool schema",
     "gate.schema_limits.max_pattern_length": "the longest pattern or patternProperties name",
-    "tools": "tool name -> pinned JSON Schema; wins over the request's tools",
+    "tools": "tool name -> pinned JSON Schema, or the tool itself (Responses, Chat Completions "
+    "or MCP shape, named as its key); wins over the request's tools",
     "clients": "[{name, key_sha256}]: only these keys get through (else 401); name = tenant",
     "audit.path": '"-" = stdout, else a JSONL file appended to',
     "audit.include_arguments": "findings carry the raw arguments of the paired call",
     "audit.max_bytes": "rotate the file to <path>.1 (...5) past this size; the chain continues",
-    "ledger.backend": "memory (per process) | redis (shared by processes and machines)",
+    "ledger.backend": "memory (per process: not with --workers N) | redis (shared by processes "
+    "and machines)",
     "ledger.url": "the Redis server, for backend: redis",
     "ledger.ttl_s": "how long a relayed response is remembered",
     "ledger.max_responses": "the memory backend's bound (least recent forgotten)",
