@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # requests/s of replay-proxy with 1 and with 2 workers on this machine, interleaved, small body.
-# `bash bench/workers.sh [ROUNDS]` — needs wrk; only 127.0.0.1; stops what it started.
+# `bash bench/workers.sh [ROUNDS]` — needs wrk and redis-server; only 127.0.0.1; stops what it
+# started. Both runs use the Redis ledger: more than one worker refuses the per-process one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}
@@ -11,12 +12,17 @@ wrk.body = '{"model":"bench-model","input":[{"role":"user","content":"What were 
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer bench"
 LUA
-printf 'audit: {path: %s/audit.jsonl}\n' "$work" > "$work/proxy.yaml"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+  >/dev/null 2>&1 &
+redis=$!
+printf 'audit: {path: %s/audit.jsonl}\nledger: {backend: redis, url: "redis://127.0.0.1:%s/0"}\n' \
+  "$work" "$redis_port" > "$work/proxy.yaml"
 upstream_port=$(free_port)
 python3 bench/stub_upstream.py --port "$upstream_port" >/dev/null 2>&1 &
 stub=$!
-trap 'kill "$stub" 2>/dev/null || true' EXIT
+trap 'kill "$stub" "$redis" 2>/dev/null || true' EXIT
 sleep 1
 echo "| round | workers | requests/s | p50 latency |"
 echo "| ---: | ---: | ---: | ---: |"

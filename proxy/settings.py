@@ -19,7 +19,12 @@ _SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class ConfigError(Exception):
-    """The config cannot be used; the message names the key."""
+    """The config cannot be used: one problem or several, each naming its key; the message
+    is one line a problem."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 @dataclass(frozen=True)

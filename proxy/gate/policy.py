@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from jsonschema.exceptions import SchemaError
 
+from proxy.gate.pins import pin_schema
 from proxy.gate.schemas import (
     Compiled,
     SchemaLimits,
@@ -56,12 +57,21 @@ ALL_REASONS = (*REASONS, *ITEM_REASONS)
 NOT_REWRITTEN = ("orphan", "duplicate_call_id", "not_portable", *ITEM_REASONS)
 
 
+class PolicyError(ValueError):
+    """Every way a Policy's settings are wrong, each naming its setting."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = tuple(problems)
+
+
 @dataclass(frozen=True)
 class Policy:
     """The gate's settings: actions, and pinned schemas (checked and compiled here). Frozen:
     what the gate learns as it works is kept in `GateCaches`, apart.
 
-    Raises ValueError naming the setting when one is wrong.
+    Raises PolicyError (a ValueError) naming every setting that is wrong; a pin may be written
+    as a tool, unwrapped to its schema by `pin_schema`.
     """
 
     action: Action = "block"
@@ -80,38 +90,43 @@ class Policy:
     pinned: Mapping[str, Compiled] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        problems = list(self._iter_problems())
+        if isinstance(self.schema_limits, Mapping):
+            object.__setattr__(self, "schema_limits", SchemaLimits(**self.schema_limits))
+        pinned = {}
+        for serial, (name, pin) in enumerate(self.tools.items(), start=1):
+            try:
+                # Negative keys: a verdict on a pinned schema never shares its key with one on
+                # a request schema, whose keys the caches count up from 1.
+                pinned[name] = compile_schema(pin_schema(name, pin), -serial, self.schema_limits)
+                check_terminates(pinned[name])
+            except SchemaError as exc:
+                problems.append(f"tools.{name}: not a valid JSON Schema: {exc.message}")
+            except ValueError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise PolicyError(problems)
+        object.__setattr__(self, "pinned", pinned)
+
+    def _iter_problems(self) -> Iterator[str]:
         if self.action not in ACTIONS:
-            raise ValueError(f"action: {self.action!r} is not one of {', '.join(ACTIONS)}")
+            yield f"action: {self.action!r} is not one of {', '.join(ACTIONS)}"
         for reason, action in self.actions.items():
             if reason not in ALL_REASONS:
-                raise ValueError(f"actions.{reason}: unknown reason")
-            if action not in ACTIONS:
-                raise ValueError(f"actions.{reason}: {action!r} is not one of {', '.join(ACTIONS)}")
-            if action == "rewrite" and reason in NOT_REWRITTEN:
-                raise ValueError(
+                yield f"actions.{reason}: unknown reason"
+            elif action not in ACTIONS:
+                yield f"actions.{reason}: {action!r} is not one of {', '.join(ACTIONS)}"
+            elif action == "rewrite" and reason in NOT_REWRITTEN:
+                yield (
                     f"actions.{reason}: rewrite is not an action for {reason}: there is no call "
                     "whose failure its output could carry (block, strip or log)"
                 )
         if self.vendor is not None and (
             not isinstance(self.vendor, str) or not self.vendor or ":" in self.vendor
         ):
-            raise ValueError(
-                f"vendor: {self.vendor!r} is not a vendor slug (a name without a colon)"
-            )
+            yield f"vendor: {self.vendor!r} is not a vendor slug (a name without a colon)"
         if not self.validation_timeout_s > 0:
-            raise ValueError(f"validation_timeout_s: {self.validation_timeout_s!r} is not positive")
-        if isinstance(self.schema_limits, Mapping):
-            object.__setattr__(self, "schema_limits", SchemaLimits(**self.schema_limits))
-        pinned = {}
-        for serial, (name, schema) in enumerate(self.tools.items(), start=1):
-            try:
-                # Negative keys: a verdict on a pinned schema never shares its key with one on
-                # a request schema, whose keys the caches count up from 1.
-                pinned[name] = compile_schema(schema, -serial, self.schema_limits)
-                check_terminates(pinned[name])
-            except SchemaError as exc:
-                raise ValueError(f"tools.{name}: not a valid JSON Schema: {exc.message}") from None
-        object.__setattr__(self, "pinned", pinned)
+            yield f"validation_timeout_s: {self.validation_timeout_s!r} is not positive"
 
     def action_for(self, reason: str) -> Action:
         action = self.actions.get(reason, self.action)

@@ -29,6 +29,7 @@ from proxy.running.check import (
     report_unreadable,
 )
 from proxy.running.config_file import iter_defaults, load_config
+from proxy.running.config_review import iter_unreachable, iter_warnings
 from proxy.running.documents import WRAPPERS, iter_documents
 from proxy.running.documents import Unreadable as UnreadableInput
 from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
@@ -126,6 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     config_check = config_commands.add_parser("check", help="validate a config file, not serving")
     config_check.add_argument("file", metavar="FILE", help="the YAML config file")
+    config_check.add_argument(
+        "--connect",
+        action="store_true",
+        help="also connect to each upstream, ping a Redis ledger and open audit.path to append",
+    )
     config_commands.add_parser("defaults", help="print every key with its default and meaning")
 
     commands.add_parser("hash-key", help="print the sha256 of a key read on stdin, for `clients:`")
@@ -152,7 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "config":
-        return run_config_check(args.file) if args.config_command == "check" else run_defaults()
+        if args.config_command == "check":
+            return run_config_check(args.file, connect=args.connect)
+        return run_defaults()
     if args.command == "hash-key":
         return run_hash_key()
     if args.command == "audit" and args.audit_command == "tail":
@@ -166,9 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = serve_config(args) if args.command == "serve" else check_config(args)
     except ConfigError as exc:
-        print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        say(exc.problems)
         if args.command == "serve":
-            _failed(args, str(exc))
+            _failed(args, "; ".join(exc.problems))
         return 2
     if args.command == "serve":
         return run_serve(config, args)
@@ -186,17 +194,30 @@ def serve_config(args: argparse.Namespace) -> Config:
     return config.with_secrets(os.environ)
 
 
+# Why more than one worker needs the Redis ledger, and the fix, in one line.
+_PER_PROCESS_LEDGER = (
+    "the memory ledger is each worker's own, so a follow-up turn (previous_response_id) "
+    "landing on another worker than its first turn would miss it: set ledger.backend: redis"
+)
+
+
 def run_serve(config: Config, args: argparse.Namespace) -> int:
     # Imported here so that `check` never loads the HTTP stack.
     from proxy.running.logs import configure_logging
     from proxy.running.serving import serve
     from proxy.running.workers import MULTIPROC_ENV, free_port, supervise
 
+    if args.workers > 1 and config.ledger.backend == "memory":
+        say([f"--workers {args.workers}: {_PER_PROCESS_LEDGER}"])
+        return 2
     configure_logging(args.log_level, args.log_format or config.log.format)
-    if args.workers > 1:
+    if args.worker_slot is None:  # the supervisor's, or the one process's: said once
+        for warning in iter_warnings(config):
+            logging.getLogger("replay_proxy").warning("%s", warning)
+    if args.workers > 1 and args.worker_slot is None:
         port = config.listen.port or free_port(config.listen.host)
         worker_args = ["--host", config.listen.host, "--port", str(port), "--reuse-port"]
-        worker_args += ["--log-level", args.log_level]
+        worker_args += ["--log-level", args.log_level, "--workers", str(args.workers)]
         if args.log_format:
             worker_args += ["--log-format", args.log_format]
         if args.config:
@@ -216,11 +237,13 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
             reload=lambda: serve_config(args),
             worker=_worker_of(args),
             metrics_dir=metrics_dir,
+            workers=args.workers,
         )
         asyncio.run(served)
     except ConfigError as exc:
-        print(f"replay-proxy: {blame_flags(str(exc), args)}", file=sys.stderr)  # noqa: T201
-        _failed(args, blame_flags(str(exc), args))
+        problems = [blame_flags(problem, args) for problem in exc.problems]
+        say(problems)
+        _failed(args, "; ".join(problems))
         return 2
     except OSError as exc:  # one no key accounts for
         logging.getLogger("replay_proxy").error("cannot serve: %s", exc)
@@ -262,10 +285,10 @@ def run_extproc(args: argparse.Namespace) -> int:
         configure_logging(args.log_level, args.log_format or config.log.format)
         asyncio.run(serve_extproc(config, args.listen or config.extproc.listen))
     except ConfigError as exc:
-        said = str(exc)
-        if args.listen is not None:
-            said = said.replace("extproc.listen: ", "--listen: ", 1)
-        print(f"replay-proxy: {said}", file=sys.stderr)  # noqa: T201
+        if args.listen is None:
+            say(exc.problems)
+        else:
+            say([p.replace("extproc.listen: ", "--listen: ", 1) for p in exc.problems])
         return 2
     return 0
 
@@ -282,12 +305,25 @@ def blame_flags(message: str, args: argparse.Namespace) -> str:
     return message
 
 
-def run_config_check(path: str) -> int:
+def say(problems: Sequence[str]) -> None:
+    """Problems on stderr, one line each."""
+    sys.stderr.write("".join(f"replay-proxy: {problem}\n" for problem in problems))
+
+
+def run_config_check(path: str, *, connect: bool = False) -> int:
+    """Exit 2 naming every mistake of the file; else its warnings (exit 0), and with `connect`
+    what cannot be reached (exit 1)."""
     try:
-        load_config(path)
+        config = load_config(path)
     except ConfigError as exc:
-        print(f"replay-proxy: {exc}", file=sys.stderr)  # noqa: T201
+        say(exc.problems)
         return 2
+    say([f"{path}: warning: {warning}" for warning in iter_warnings(config)])
+    if connect:
+        unreachable = [f"{path}: {problem}" for problem in iter_unreachable(config)]
+        if unreachable:
+            say(unreachable)
+            return 1
     sys.stdout.write(f"{path}: ok\n")
     return 0
 

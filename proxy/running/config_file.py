@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import jsonschema
 import yaml
 
 from proxy.config import Config, Route
-from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
+from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy, PolicyError
 from proxy.settings import (
     LOG_FORMATS,
     Admin,
@@ -244,12 +245,14 @@ MEANINGS: dict[str, str] = {
     "gate.schema_limits.max_depth": "how deep a tool schema's objects and arrays may nest",
     "gate.schema_limits.max_subschemas": "the most objects (subschemas) in a tool schema",
     "gate.schema_limits.max_pattern_length": "the longest pattern or patternProperties name",
-    "tools": "tool name -> pinned JSON Schema; wins over the request's tools",
+    "tools": "tool name -> pinned JSON Schema, or the tool itself (Responses, Chat Completions "
+    "or MCP shape, named as its key); wins over the request's tools",
     "clients": "[{name, key_sha256}]: only these keys get through (else 401); name = tenant",
     "audit.path": '"-" = stdout, else a JSONL file appended to',
     "audit.include_arguments": "findings carry the raw arguments of the paired call",
     "audit.max_bytes": "rotate the file to <path>.1 (...5) past this size; the chain continues",
-    "ledger.backend": "memory (per process) | redis (shared by processes and machines)",
+    "ledger.backend": "memory (per process: not with --workers N) | redis (shared by processes "
+    "and machines)",
     "ledger.url": "the Redis server, for backend: redis",
     "ledger.ttl_s": "how long a relayed response is remembered",
     "ledger.max_responses": "the memory backend's bound (least recent forgotten)",
@@ -289,38 +292,59 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate a YAML config file."""
+    """Read and validate a YAML config file; a ConfigError lists every mistake, each with its
+    key and, where the file has it, its line and column."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ConfigError(f"{path}: cannot read: {reason}") from None
+    loader = _UniqueKeyLoader(text)  # a SafeLoader: no arbitrary objects
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+        root = loader.get_single_node()
+        data = None if root is None else loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML{_at(exc)}: {_problem(exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
     try:
         return parse_config({} if data is None else data)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        # In the file's order: a problem the file has no place for (a missing key) first.
+        marked = sorted(((_mark(root, p), p) for p in exc.problems), key=lambda m: m[0] or (0, 0))
+        raise ConfigError(
+            *(f"{path}:{at[0]}:{at[1]}: {p}" if at else f"{path}: {p}" for at, p in marked)
+        ) from None
 
 
 def parse_config(data: Any) -> Config:
-    """Build a Config from parsed YAML; an unknown key or a bad value raises ConfigError."""
+    """Build a Config from parsed YAML; a ConfigError lists every unknown key and bad value."""
     if not isinstance(data, dict):
         raise ConfigError("the config must be a mapping of sections")
+    problems: list[str] = []
+    config = _build(data, problems)
+    if problems or config is None:
+        raise ConfigError(*problems)
+    return config
+
+
+def _build(data: dict[str, Any], problems: list[str]) -> Config | None:
+    """The Config, or None with `problems` told why. A section whose shape is wrong is not
+    built further (its values are not what the dataclasses take); the others still are, so
+    that one run names every mistake."""
     errors = sorted(_CONFIG_VALIDATOR.iter_errors(data), key=lambda e: list(map(str, e.path)))
-    if errors:
-        raise ConfigError(_explain(errors[0]))
+    for error in errors:
+        problems.extend(_iter_explained(error))
+    broken = {str(error.absolute_path[0]) for error in errors if error.absolute_path}
     if "upstream" in data and "upstreams" in data:
-        raise ConfigError(
+        problems.append(
             "upstreams: give either upstream: (one provider) or upstreams: with routes:, not both"
         )
     if ("upstreams" in data) != ("routes" in data):
         given, missing = ("upstreams", "routes") if "upstreams" in data else ("routes", "upstreams")
-        raise ConfigError(f"{missing}: {given}: needs {missing}: too")
+        problems.append(f"{missing}: {given}: needs {missing}: too")
     sections: dict[str, Any] = {}
     for name, cls in (
         ("listen", Listen),
@@ -333,37 +357,68 @@ def parse_config(data: Any) -> Config:
         ("tracing", Tracing),
         ("extproc", Extproc),
     ):
-        try:
-            sections[name] = cls(**data.get(name, {}))
-        except ValueError as exc:
-            raise ConfigError(f"{name}.{exc}") from None
-    clients = tuple(Client(**c) for c in data.get("clients", ()))
-    names = [c.name for c in clients]
-    if len(set(names)) != len(names):
-        raise ConfigError("clients: two clients have the same name")
-    if len({c.key_sha256 for c in clients}) != len(clients):
-        raise ConfigError("clients: two clients have the same key")
-    gate, tools = data.get("gate", {}), data.get("tools", {})
+        if name not in broken:
+            try:
+                sections[name] = cls(**data.get(name, {}))
+            except ValueError as exc:
+                problems.append(f"{name}.{exc}")
+    clients: tuple[Client, ...] = ()
+    if "clients" not in broken:
+        clients = tuple(Client(**c) for c in data.get("clients", ()))
+        names = [c.name for c in clients]
+        if len(set(names)) != len(names):
+            problems.append("clients: two clients have the same name")
+        if len({c.key_sha256 for c in clients}) != len(clients):
+            problems.append("clients: two clients have the same key")
+    gate = {} if "gate" in broken else data.get("gate", {})
+    tools = {} if "tools" in broken else data.get("tools", {})
+    policy = None
     try:
         policy = Policy(**gate, tools=tools)
     except ValueError as exc:
-        key = str(exc)
-        raise ConfigError(key if key.startswith("tools.") else f"gate.{key}") from None
-    upstreams = _upstreams(data.get("upstreams", {}))
-    routes = tuple(
-        _route(index, route, upstreams, gate, tools, policy, sections["ledger"])
-        for index, route in enumerate(data.get("routes", ()))
-    )
-    return Config(gate=policy, clients=clients, upstreams=upstreams, routes=routes, **sections)
+        problems.extend(p if p.startswith("tools.") else f"gate.{p}" for p in _problems_of(exc))
+    if "gate" in broken and policy is not None:
+        policy = None  # its pins were checked; the settings were not read
+    upstreams = {} if "upstreams" in broken else _upstreams(data.get("upstreams", {}), problems)
+    routes = []
+    ledger = sections.get("ledger")
+    if not {"routes", "upstreams", "gate", "tools"} & broken and ledger is not None:
+        said = set(problems)
+        for index, route in enumerate(data.get("routes", ())):
+            found: list[str] = []
+            built = _route(index, route, upstreams, gate, tools, policy, ledger, found)
+            # A mistake of the top-level gate is named once, not again for each route.
+            problems.extend(p for p in found if _inherited(p) not in said)
+            if built is not None:
+                routes.append(built)
+    if problems or policy is None:
+        return None
+    try:
+        return Config(
+            gate=policy, clients=clients, upstreams=upstreams, routes=tuple(routes), **sections
+        )
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        return None
 
 
-def _upstreams(data: Mapping[str, Any]) -> dict[str, Upstream]:
+def _problems_of(exc: ValueError) -> tuple[str, ...]:
+    return exc.problems if isinstance(exc, PolicyError) else (str(exc),)
+
+
+def _inherited(problem: str) -> str:
+    """A route's gate problem as the top-level gate would say it."""
+    _, _, rest = problem.partition(".gate.")
+    return rest if rest.startswith("tools.") else f"gate.{rest}"
+
+
+def _upstreams(data: Mapping[str, Any], problems: list[str]) -> dict[str, Upstream]:
     found = {}
     for name, settings in data.items():
         try:
             found[name] = Upstream(**settings)
         except ValueError as exc:
-            raise ConfigError(f"upstreams.{name}.{exc}") from None
+            problems.append(f"upstreams.{name}.{exc}")
     return found
 
 
@@ -373,24 +428,26 @@ def _route(
     upstreams: Mapping[str, Upstream],
     gate: Mapping[str, Any],
     tools: Mapping[str, Any],
-    policy: Policy,
+    policy: Policy | None,
     ledger: Ledger,
-) -> Route:
-    """One entry of `routes:`, its policy the top-level gate with its own `gate:` over it."""
+    problems: list[str],
+) -> Route | None:
+    """One entry of `routes:`, its policy the top-level gate with its own `gate:` over it;
+    None with `problems` told why."""
     key = f"routes[{index}]"
     name = data["upstream"]
     if name not in upstreams:
-        raise ConfigError(
+        problems.append(
             f"{key}.upstream: {name!r} is not one of upstreams:"
             f" {', '.join(upstreams)}{_did_you_mean(name, list(upstreams))}"
         )
     if data.get("materialize") and not ledger.whole_items:
-        raise ConfigError(
+        problems.append(
             f"{key}.materialize: inlining a recorded conversation needs the whole items: "
             "set ledger.whole_items: true"
         )
     override = dict(data.get("gate", {}))
-    vendor = upstreams[name].vendor
+    vendor = upstreams[name].vendor if name in upstreams else None
     if override or vendor is not None:
         own_tools = override.pop("tools", {})
         actions = {**gate.get("actions", {}), **override.pop("actions", {})}
@@ -401,20 +458,54 @@ def _route(
                 vendor=vendor,
             )
         except ValueError as exc:
-            raise ConfigError(f"{key}.gate.{exc}") from None
+            problems.extend(f"{key}.gate.{p}" for p in _problems_of(exc))
+            return None
     header = data.get("header")
     try:
-        return Route(
+        route = Route(
             name,
             path_prefix=data.get("path_prefix"),
             model=data.get("model"),
             strip_model_prefix=data.get("strip_model_prefix", False),
             header=None if header is None else (header["name"], header["value"]),
             materialize=data.get("materialize", False),
-            gate=policy,
+            gate=Policy() if policy is None else policy,
         )
     except ValueError as exc:
-        raise ConfigError(f"{key}.{exc}") from None
+        problems.append(f"{key}.{exc}")
+        return None
+    return route if policy is not None and name in upstreams else None
+
+
+def _mark(root: yaml.Node | None, problem: str) -> tuple[int, int] | None:
+    """The line and column of the key a problem names (`routes[0].gate.tools.x: ...`), as
+    deep as the file spells it out; None when the file does not hold even its first part."""
+    node, rest, found = root, problem.partition(": ")[0], None
+    while rest and node is not None:
+        if isinstance(node, yaml.MappingNode):
+            # The longest key that starts the rest: a tool's name may hold a dot.
+            matches = [
+                (str(k.value), k, v)
+                for k, v in node.value
+                if isinstance(k, yaml.ScalarNode)
+                and rest.startswith(str(k.value))
+                and rest[len(str(k.value)) : len(str(k.value)) + 1] in ("", ".", "[")
+            ]
+            if not matches:
+                break
+            name, found, node = max(matches, key=lambda match: len(match[0]))
+            rest = rest[len(name) :].removeprefix(".")
+        elif isinstance(node, yaml.SequenceNode):
+            index = re.match(r"\[(\d+)\]\.?", rest)
+            if index is None or int(index[1]) >= len(node.value):
+                break
+            node = found = node.value[int(index[1])]
+            rest = rest[index.end() :]
+        else:
+            break
+    if found is None:
+        return None
+    return found.start_mark.line + 1, found.start_mark.column + 1
 
 
 def _at(exc: yaml.MarkedYAMLError) -> str:
@@ -482,15 +573,25 @@ def _default_of(path: tuple[str, ...]) -> Any:
     return value
 
 
-def _explain(error: jsonschema.ValidationError) -> str:
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-    where = where.removeprefix(".")
+def _iter_explained(error: jsonschema.ValidationError) -> Iterator[str]:
+    """The problems one schema error stands for: an unknown key each."""
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
         # key=str: YAML keys need not be strings, and 1 < "a" would raise.
-        unknown = sorted((k for k in error.instance if k not in known), key=str)
-        key = f"{where}.{unknown[0]}" if where else unknown[0]
-        return f"{key}: unknown key{_did_you_mean(unknown[0], list(known))}"
+        for unknown in sorted((k for k in error.instance if k not in known), key=str):
+            key = f"{_where(error)}.{unknown}" if _where(error) else str(unknown)
+            yield f"{key}: unknown key{_did_you_mean(unknown, list(known))}"
+        return
+    yield _explain(error)
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return where.removeprefix(".")
+
+
+def _explain(error: jsonschema.ValidationError) -> str:
+    where = _where(error)
     # A propertyNames failure reports the inner keyword (`enum`) with the property as instance.
     if "propertyNames" in error.relative_schema_path and error.validator == "pattern":
         return (

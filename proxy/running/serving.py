@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.config import Config
+from proxy.running.config_review import describe
 from proxy.server.app import make_admin_app, make_app
 from proxy.server.keys import IN_FORCE, READINESS
 from proxy.settings import AdminListen, ConfigError
@@ -33,12 +34,14 @@ async def serve(
     reload: Callable[[], Config] | None = None,
     worker: WorkerSlot | None = None,
     metrics_dir: str | None = None,
+    workers: int = 1,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting and let requests in flight finish.
 
     SIGHUP calls `reload` for a new config and puts it in force for new requests. `worker` is
     the slot this process fills under a supervisor, told once this process listens;
-    `metrics_dir` is the multiprocess directory of a worker's service (see `make_app`).
+    `metrics_dir` is the multiprocess directory of a worker's service (see `make_app`);
+    `workers` how many processes serve it, as the start's summary says.
     """
     grace_s = config.listen.shutdown_grace_s
     on_glibc = return_large_buffers()
@@ -92,6 +95,7 @@ async def serve(
             port,
             _upstreams_said(config),
         )
+        log.info("in force: %s", describe(config, workers))
         if admin is not None:
             assert config.admin.listen is not None
             log.info(

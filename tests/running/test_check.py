@@ -455,12 +455,18 @@ def test_config_pinned_schema(
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [
-        pytest.param("gate:\n  actons: {}\n", "gate.actons: unknown key", id="misspelled-key"),
-        pytest.param("gate:\n  action: allow\n", "gate.action: 'allow' is not one of", id="action"),
         pytest.param(
-            "tools:\n  t:\n    type: 12\n", "tools.t: not a valid JSON Schema", id="bad-schema"
+            "gate:\n  actons: {}\n", ":2:3: gate.actons: unknown key", id="misspelled-key"
         ),
-        pytest.param("gate: [\n", "not valid YAML", id="not-yaml"),
+        pytest.param(
+            "gate:\n  action: allow\n", ":2:3: gate.action: 'allow' is not one of", id="action"
+        ),
+        pytest.param(
+            "tools:\n  t:\n    type: 12\n",
+            ":2:3: tools.t: not a valid JSON Schema",
+            id="bad-schema",
+        ),
+        pytest.param("gate: [\n", ": not valid YAML", id="not-yaml"),
     ],
 )
 def test_bad_config(tmp_path: Path, yaml_text: str, message: str) -> None:
@@ -468,7 +474,7 @@ def test_bad_config(tmp_path: Path, yaml_text: str, message: str) -> None:
     name = write(tmp_path / "request.json", CLEAN)
     run = check(tmp_path, "--config", "proxy.yaml", name)
     assert run.code == 2
-    assert run.err.startswith(f"replay-proxy: proxy.yaml: {message}")
+    assert run.err.startswith(f"replay-proxy: proxy.yaml{message}")
     assert run.out == ""
 
 

@@ -105,31 +105,32 @@ MISTAKES = [
     pytest.param(
         ["serve", "--config", "{config}"],
         "gate:\n  actons: {}\n",
-        "replay-proxy: {config}: gate.actons: unknown key; did you mean actions?",
+        "replay-proxy: {config}:2:3: gate.actons: unknown key; did you mean actions?",
         id="did-you-mean-key",
     ),
     pytest.param(
         ["serve", "--config", "{config}"],
         "lisen: {port: 1}\n",
-        "replay-proxy: {config}: lisen: unknown key; did you mean listen?",
+        "replay-proxy: {config}:1:1: lisen: unknown key; did you mean listen?",
         id="did-you-mean-section",
     ),
     pytest.param(
         ["serve", "--config", "{config}"],
         "gate: {actions: {orphn: log}}\n",
-        "replay-proxy: {config}: gate.actions.orphn: unknown reason; did you mean orphan?",
+        "replay-proxy: {config}:1:18: gate.actions.orphn: unknown reason; did you mean orphan?",
         id="did-you-mean-reason",
     ),
     pytest.param(
         ["serve", "--config", "{config}"],
         "gate: {action: blok}\n",
-        "replay-proxy: {config}: gate.action: 'blok' is not one of [{any}]; did you mean block?",
+        "replay-proxy: {config}:1:8: gate.action: 'blok' is not one of [{any}]; "
+        "did you mean block?",
         id="did-you-mean-value",
     ),
     pytest.param(
         ["serve", "--config", "{config}"],
         "gate: {zzzz: 1}\n",
-        "replay-proxy: {config}: gate.zzzz: unknown key",
+        "replay-proxy: {config}:1:8: gate.zzzz: unknown key",
         id="nothing-close",
     ),
     pytest.param(
@@ -148,7 +149,7 @@ MISTAKES = [
     pytest.param(
         ["serve", "--config", "{config}"],
         "upstream: {ca_file: '{config}'}\n",
-        "replay-proxy: {config}: upstream.ca_file: '{config}' holds no CA certificate: ",
+        "replay-proxy: {config}:1:12: upstream.ca_file: '{config}' holds no CA certificate: ",
         id="ca-file-not-pem",
     ),
     pytest.param(
@@ -186,7 +187,7 @@ MISTAKES = [
     pytest.param(
         ["config", "check", "{config}"],
         "ledger: {backend: redis, ttl: 5}\n",
-        "replay-proxy: {config}: ledger.ttl: unknown key; did you mean ttl_s?",
+        "replay-proxy: {config}:1:26: ledger.ttl: unknown key; did you mean ttl_s?",
         id="config-check",
     ),
     pytest.param(

@@ -306,11 +306,13 @@ def test_upstream_credentials_are_refused_without_being_repeated() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param("gate:\n  actons: {}\n", "proxy.yaml: gate.actons: unknown key", id="key"),
+        pytest.param("gate:\n  actons: {}\n", "proxy.yaml:2:3: gate.actons: unknown key", id="key"),
         pytest.param("gate: [\n", "proxy.yaml: not valid YAML", id="yaml-syntax"),
         pytest.param("- gate\n", "proxy.yaml: the config must be a mapping", id="yaml-list"),
         pytest.param(
-            "tools:\n  t: {type: 12}\n", "proxy.yaml: tools.t: not a valid JSON Schema", id="tool"
+            "tools:\n  t: {type: 12}\n",
+            "proxy.yaml:2:3: tools.t: not a valid JSON Schema",
+            id="tool",
         ),
     ],
 )
@@ -376,6 +378,6 @@ def test_redis_backend_without_the_client_names_the_fix(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr == (
-        f"replay-proxy: {config}: ledger.backend: redis needs the redis client: "
+        f"replay-proxy: {config}:2:10: ledger.backend: redis needs the redis client: "
         "pip install 'replay-proxy[redis]'\n"
     )

@@ -15,7 +15,9 @@ import aiohttp
 import pytest
 
 from tests.builders import HANG_GUARD_S
+from tests.running.test_serve import redis_config
 from tests.servers.recording import RecordingUpstream
+from tests.servers.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,10 +60,12 @@ async def serve_and_stop(*args: str, listeners: int) -> tuple[list[str], list[st
 
 
 async def test_workers_and_their_supervisor_all_log_json(
-    recording_upstream: RecordingUpstream,
+    recording_upstream: RecordingUpstream, tmp_path: Path, redis_server: RedisServer
 ) -> None:
     lines, [request_id] = await serve_and_stop(
-        "--upstream", recording_upstream.url, "--workers", "2", "--log-format", "json", listeners=2
+        *["--config", redis_config(tmp_path, redis_server), "--upstream", recording_upstream.url],
+        *["--workers", "2", "--log-format", "json"],
+        listeners=2,
     )
     parsed: list[dict[str, Any]] = [json.loads(line) for line in lines]  # every line
     supervisor = {line["pid"] for line in parsed if line["message"].startswith("supervising")}

@@ -371,3 +371,43 @@ async def test_a_replaced_upstream_closes_after_its_last_request() -> None:
     assert not live.current.upstream.closed
     await live.close()
     assert live.current.upstream.closed
+
+
+async def test_the_start_warns_then_says_what_is_in_force(
+    recording_upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(
+        f"upstream: {{url: '{recording_upstream.url}/v1'}}\n"
+        f"audit: {{path: '{tmp_path / 'audit.jsonl'}'}}\n"
+        "gate: {action: strip, actions: {orphan: block, namespaced: log}}\n"
+        "tools: {anything: {}, get_weather: {type: object}}\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "proxy", "serve", "--config", str(path), "--port", "0"],
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=REPO,
+    )
+    proxy = Proxy(process, "")
+    assert process.stderr is not None
+    lines: list[str] = []
+    try:
+        while not lines or " in force: " not in lines[-1]:
+            line = (await asyncio.wait_for(process.stderr.readline(), timeout=30)).decode()
+            assert line, lines
+            lines.append(line.rstrip("\n"))
+    finally:
+        assert await proxy.stop() == 0
+    said = [line.split(": ", 1)[1] for line in lines]
+    levels = [line.split()[2] for line in lines]
+    assert levels == ["WARNING", "WARNING", "INFO", "INFO"]
+    assert said[0].startswith(f"upstream.url: {recording_upstream.url}/v1 ends in /v1")
+    assert "goes to /v1/v1/responses" in said[0]
+    assert said[1].startswith("tools.anything: the pinned schema accepts every call")
+    assert said[2].startswith("listening on http://127.0.0.1:")
+    assert said[3] == (
+        f"in force: upstreams default={recording_upstream.url}/v1; 1 route; "
+        f"ledger memory (this process only); audit {tmp_path / 'audit.jsonl'}; "
+        "gate strip (namespaced: log, orphan: block); 2 pinned tools; 1 worker; TLS off"
+    )

@@ -21,9 +21,10 @@ from proxy.running.workers import free_port, retry_delay
 from proxy.state.audit import verify
 from proxy.state.workers import Missing, Slots, WorkerSlot, read_slots, write_slots
 from tests.builders import failing_body
-from tests.running.test_serve import REPO, Proxy, start
+from tests.running.test_serve import REPO, Proxy, start, two_turns
 from tests.server.checks import metric
 from tests.servers.recording import RecordingUpstream
+from tests.servers.redis_server import RedisServer
 
 # How long a test waits for the supervisor to see a change (it looks every 0.2 s, a worker
 # takes a second or two to start on a busy machine): a bound, never an expectation.
@@ -48,10 +49,12 @@ async def get(url: str) -> tuple[int, Any]:
         return response.status, json.loads(body) if is_json else body.decode()
 
 
-def config_file(tmp_path: Path, upstream: str, extra: str = "") -> Path:
+def config_file(tmp_path: Path, upstream: str, redis: RedisServer, extra: str = "") -> Path:
+    """A config for workers: they share a Redis ledger (a memory one is refused)."""
     path = tmp_path / "proxy.yaml"
     path.write_text(
-        f"upstream: {{url: '{upstream}'}}\naudit: {{path: '{tmp_path / 'audit.jsonl'}'}}\n{extra}"
+        f"upstream: {{url: '{upstream}'}}\naudit: {{path: '{tmp_path / 'audit.jsonl'}'}}\n"
+        f"ledger: {{backend: redis, url: '{redis.url}'}}\n{extra}"
     )
     return path
 
@@ -87,9 +90,9 @@ def workers_check(body: Any) -> dict[str, Any]:
 
 
 async def test_a_worker_that_cannot_start_fails_alone_and_is_reported(
-    recording_upstream: RecordingUpstream, tmp_path: Path
+    recording_upstream: RecordingUpstream, tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    path = config_file(tmp_path, recording_upstream.url)
+    path = config_file(tmp_path, recording_upstream.url, redis_server)
     port = free_port("127.0.0.1")
     proxy = await start("--config", str(path), "--workers", "2", "--port", str(port), listeners=2)
     try:
@@ -152,13 +155,17 @@ async def _ready_when(base: str, wanted: Callable[[Any], bool]) -> Any:
     return body if wanted(body) else None
 
 
-def test_a_start_where_no_worker_can_listen_exits_2_naming_the_key(tmp_path: Path) -> None:
+def test_a_start_where_no_worker_can_listen_exits_2_naming_the_key(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    config = config_file(tmp_path, "http://127.0.0.1:9", redis_server)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        argv = ["serve", "--config", str(config), "--workers", "2", "--port", str(port)]
         done = subprocess.run(
-            [sys.executable, "-m", "proxy", "serve", "--workers", "2", "--port", str(port)],
+            [sys.executable, "-m", "proxy", *argv],
             capture_output=True,
             text=True,
             timeout=120,
@@ -170,10 +177,13 @@ def test_a_start_where_no_worker_can_listen_exits_2_naming_the_key(tmp_path: Pat
 
 
 async def test_workers_on_stdout_keep_a_chain_each_that_verifies(
-    recording_upstream: RecordingUpstream, tmp_path: Path
+    recording_upstream: RecordingUpstream, tmp_path: Path, redis_server: RedisServer
 ) -> None:
     path = tmp_path / "proxy.yaml"
-    path.write_text(f"upstream: {{url: '{recording_upstream.url}'}}\naudit: {{path: '-'}}\n")
+    path.write_text(
+        f"upstream: {{url: '{recording_upstream.url}'}}\naudit: {{path: '-'}}\n"
+        f"ledger: {{backend: redis, url: '{redis_server.url}'}}\n"
+    )
     port = free_port("127.0.0.1")
     process = await asyncio.create_subprocess_exec(
         *[sys.executable, "-m", "proxy", "serve", "--config", str(path)],
@@ -256,3 +266,41 @@ def test_a_worker_names_its_chain_by_slot_and_pid(tmp_path: Path) -> None:
     slot = WorkerSlot(str(tmp_path), 2)
     assert slot.chain == f"w2-{os.getpid()}"
     assert slot.stdout_lock == str(tmp_path / "stdout.lock")
+
+
+def test_more_than_one_worker_with_the_memory_ledger_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--workers", "2", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "replay-proxy: --workers 2: the memory ledger is each worker's own, so a follow-up turn "
+        "(previous_response_id) landing on another worker than its first turn would miss it: "
+        "set ledger.backend: redis\n"
+    )
+
+
+async def test_follow_ups_pass_through_two_workers_sharing_a_redis_ledger(
+    scripted_upstream: str, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    path = config_file(tmp_path, scripted_upstream, redis_server)
+    port = free_port("127.0.0.1")
+    proxy = await start("--config", str(path), "--workers", "2", "--port", str(port), listeners=2)
+    try:
+        await worker_pids(proxy.url, 2)
+        # Each turn on a client of its own: a connection of its own, on either worker.
+        said = [await two_turns(proxy.url, proxy.url) for _ in range(20)]
+    finally:
+        assert await proxy.stop() == 0
+    assert said == ["tool said: across processes"] * 20
+    # Each worker's start said what it serves with (the last one's after its "listening on").
+    assert proxy.process.stderr is not None
+    rest = (await proxy.process.stderr.read()).decode()
+    assert f"ledger redis redis://127.0.0.1:{redis_server.port}; " in rest
+    assert "; 2 workers; TLS off" in rest

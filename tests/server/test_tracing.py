@@ -264,7 +264,7 @@ def test_tracing_enabled_without_opentelemetry_names_the_extra(tmp_path: Path) -
     done = cli_without("opentelemetry", "config", "check", str(config))
     assert done.returncode == 2
     assert done.stderr == (
-        f"replay-proxy: {config}: tracing.enabled: traces need OpenTelemetry: "
+        f"replay-proxy: {config}:2:3: tracing.enabled: traces need OpenTelemetry: "
         "pip install 'replay-proxy[otel]'\n"
     )
 
