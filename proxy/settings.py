@@ -243,6 +243,22 @@ class Ledger:
             )
 
 
+READINESS_LEDGER = ("reported", "required")
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What `/-/ready` turns on. The ledger's check is always listed; `ledger: reported` leaves
+    the answer 200 when only the ledger fails (first turns still work, and every replica shares
+    one Redis: all of them would leave the Service at once), `required` makes it a 503."""
+
+    ledger: str = "reported"
+
+    def __post_init__(self) -> None:
+        if self.ledger not in READINESS_LEDGER:
+            raise ValueError(f"ledger: {self.ledger!r} is not one of {', '.join(READINESS_LEDGER)}")
+
+
 @dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 64 * 1024 * 1024

@@ -15,6 +15,7 @@ from proxy.config import Config, Route
 from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy
 from proxy.settings import (
     LOG_FORMATS,
+    READINESS_LEDGER,
     Admin,
     Audit,
     Client,
@@ -24,6 +25,7 @@ from proxy.settings import (
     Limits,
     Listen,
     Log,
+    Readiness,
     Tracing,
     Upstream,
 )
@@ -201,6 +203,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
             }
         ),
         "extproc": _object({"listen": {"type": "string", "minLength": 1}}),
+        "readiness": _object({"ledger": {"enum": list(READINESS_LEDGER)}}),
     }
 )
 
@@ -255,7 +258,8 @@ MEANINGS: dict[str, str] = {
     "ledger.max_responses": "the memory backend's bound (least recent forgotten)",
     "ledger.max_chain": "how many responses back a follow-up may pair its outputs",
     "ledger.timeout_s": "a slower ledger read or write is a fault",
-    "ledger.fail_open": "unknown previous response or ledger fault: false = orphan",
+    "ledger.fail_open": "true: an unknown previous response or a ledger fault lets an unpaired "
+    "output through; false: orphan, and a fault is a 503 ledger_unavailable",
     "ledger.whole_items": "keep responses' items whole (needed by routes' materialize: true)",
     "limits.max_body_bytes": "the largest gated body, after content decoding (else 413)",
     "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
@@ -267,6 +271,8 @@ MEANINGS: dict[str, str] = {
     "environment, else http://localhost:4318/v1/traces)",
     "tracing.service_name": "the service.name the spans carry",
     "extproc.listen": "`replay-proxy extproc`: HOST:PORT or unix:PATH for Envoy's gRPC streams",
+    "readiness.ledger": "reported: /-/ready lists the ledger, stays 200 when only it fails | "
+    "required: a ledger down is 503 (unless ledger.fail_open)",
 }
 
 # Where a key's default lives when it is not at the same path of Config().
@@ -332,6 +338,7 @@ def parse_config(data: Any) -> Config:
         ("log", Log),
         ("tracing", Tracing),
         ("extproc", Extproc),
+        ("readiness", Readiness),
     ):
         try:
             sections[name] = cls(**data.get(name, {}))

@@ -424,19 +424,24 @@ class Ledger:
         self.on_write = on_write  # told of each response recorded
 
     def fault(self, operation: str, exc: LedgerFault) -> None:
-        log.warning(
-            "ledger %s failed (%s): %s",
-            operation,
-            "failing open" if self.fail_open else "failing closed",
-            exc,
-        )
+        """Log and count a fault of the store's; what it costs depends on the operation."""
+        if operation != "read":
+            cost = "the response is not recorded" if operation == "write" else "not known"
+        elif self.fail_open:
+            cost = "failing open: an unpaired output is let through"
+        else:
+            cost = "the request is answered 503 ledger_unavailable"
+        log.warning("ledger %s failed (%s): %s", operation, cost, exc)
         if self.on_fault is not None:
             self.on_fault(operation)
 
     async def view(
         self, tenant: str, body: Mapping[str, Any], *, provenance: bool
     ) -> LedgerView | None:
-        """What the gate may pair this request's outputs with; None when it names no history."""
+        """What the gate may pair this request's outputs with; None when it names no history.
+
+        A store that cannot answer is logged and counted, then raises LedgerFault, unless
+        `fail_open`: then what could not be read counts as not recorded."""
         previous = body.get("previous_response_id")
         input_items = body.get("input")
         listed = input_items if isinstance(input_items, list) else []
@@ -480,6 +485,8 @@ class Ledger:
                 view.attach_tools()
         except LedgerFault as exc:
             self.fault("read", exc)
+            if not self.fail_open:
+                raise
             missing = True
         # Only an unknown previous response is waived; a request that names none pairs inline.
         view.trust_unpaired = self.fail_open and missing and isinstance(previous, str)
@@ -489,8 +496,12 @@ class Ledger:
         """The whole conversation up to and with a recorded response, oldest item first: each
         response's input, then its output, from the first of its chain. None when it cannot be
         had whole: a response of it unknown, recorded without its whole items, or the chain
-        longer than `max_chain`. Raises LedgerFault."""
-        chain = await self.store.chain(tenant, response_id, self.max_chain)
+        longer than `max_chain`. Raises LedgerFault (logged and counted)."""
+        try:
+            chain = await self.store.chain(tenant, response_id, self.max_chain)
+        except LedgerFault as exc:
+            self.fault("read", exc)
+            raise
         if not chain or chain[-1].previous_response_id is not None:
             return None
         found: list[Any] = []
