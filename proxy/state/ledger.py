@@ -212,15 +212,30 @@ class Recording:
 
     @classmethod
     def decode(cls, response_id: str, data: str | bytes) -> Recording:
+        """The recording `encode` wrote; ValueError for anything else (a value corrupted, or
+        written by another program), so that no stored value reaches the gate unchecked."""
         value = json.loads(data)
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        previous, found, inputs = value.get("prev"), value.get("items"), value.get("inputs", 0)
+        tools, upstream, whole = value.get("tools"), value.get("upstream"), value.get("whole")
+        if not isinstance(found, list) or not all(isinstance(item, dict) for item in found):
+            raise ValueError("items: not a list of objects")
+        if type(inputs) is not int or not 0 <= inputs <= len(found):
+            raise ValueError("inputs: not a count of its items")
+        for key, given in (("prev", previous), ("tools", tools), ("upstream", upstream)):
+            if given is not None and not isinstance(given, str):
+                raise ValueError(f"{key}: not a string")
+        if whole is not None and not isinstance(whole, list):
+            raise ValueError("whole: not a list")
         return cls(
             response_id,
-            value["prev"],
-            tuple(value["items"]),
-            value.get("inputs", 0),
-            value.get("tools"),
-            value.get("upstream"),
-            None if value.get("whole") is None else tuple(value["whole"]),
+            previous,
+            tuple(found),
+            inputs,
+            tools,
+            upstream,
+            None if whole is None else tuple(whole),
         )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -14,6 +16,12 @@ from proxy import settings
 from proxy.gate import items
 from proxy.gate.items import Item
 from proxy.state.ledger import COMPACTION, LedgerFault, Recording, Store
+
+log = logging.getLogger("replay_proxy")
+
+# A response's key kind in Redis. Not `resp`, the kind of the newline-split values before: a
+# proxy of either kind never reads the other's values, so none can fail on them.
+RESPONSE = "response"
 
 
 def open_store(settings: settings.Ledger) -> Store:
@@ -135,21 +143,72 @@ class MemoryStore:
         return None
 
 
-# Walks a response chain inside Redis: one round trip whatever its length.
-# Values are "<previous id>\n<json>"; the previous id is empty for the first response.
+# Walks a response chain inside Redis: one round trip whatever its length. A response's value
+# is length-prefixed, `<bytes of the previous id>:<previous id><recording as JSON>` (`0:` for
+# the first response), so that no byte of an id can end it early. A value that is not a string
+# or not so prefixed ends the walk: the store reads it as not recorded ('' for a wrong type).
 _CHAIN_SCRIPT = """
 local out = {}
 local id = ARGV[2]
 for i = 1, tonumber(ARGV[3]) do
-  local value = redis.call('GET', ARGV[1] .. id)
-  if not value then break end
+  local value = redis.pcall('GET', ARGV[1] .. id)
+  if type(value) ~= 'string' then
+    if value then out[#out + 1] = '' end
+    break
+  end
   out[#out + 1] = value
-  local newline = string.find(value, '\\n', 1, true)
-  id = string.sub(value, 1, newline - 1)
-  if id == '' then break end
+  local colon = string.find(value, ':', 1, true)
+  if not colon then break end
+  local length = tonumber(string.sub(value, 1, colon - 1))
+  if not length or length < 1 then break end
+  id = string.sub(value, colon + 1, colon + length)
 end
 return out
 """
+_LENGTH = re.compile(rb"(0|[1-9][0-9]{0,9}):")
+
+
+def _bytes(text: str) -> bytes:
+    """`text` as Redis holds it: any string a JSON body can carry (a lone surrogate too)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def encode_response(recording: Recording) -> bytes:
+    """A response's value in Redis: its previous id length-prefixed, then its recording."""
+    previous = _bytes(recording.previous_response_id or "")
+    return b"%d:%s%s" % (len(previous), previous, recording.encode().encode())
+
+
+def decode_response(response_id: str, value: bytes) -> Recording:
+    """The recording `encode_response` stored; ValueError for any other value."""
+    prefix = _LENGTH.match(value)
+    if prefix is None:
+        raise ValueError("no length prefix")
+    start = prefix.end()
+    end = start + int(prefix[1])
+    if end > len(value):
+        raise ValueError("shorter than its prefix says")
+    recording = Recording.decode(response_id, value[end:])
+    if _bytes(recording.previous_response_id or "") != value[start:end]:
+        raise ValueError("its prefix names another previous response")
+    return recording
+
+
+def _undecodable(what: str, exc: Exception) -> None:
+    log.warning("ledger: %s cannot be read (%s); taken as not recorded", what, exc)
+
+
+def _item(what: str, value: bytes) -> Item | None:
+    """A recorded item read back; None (logged) for a value that is not one."""
+    try:
+        item = json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        _undecodable(what, exc)
+        return None
+    if not isinstance(item, dict):
+        _undecodable(what, ValueError("not a JSON object"))
+        return None
+    return item
 
 
 class RedisStore:
@@ -169,8 +228,8 @@ class RedisStore:
         self._index = "replay-proxy:responses"
 
     @staticmethod
-    def _key(tenant: str, kind: str, name: str) -> str:
-        return f"replay-proxy:{tenant}:{kind}:{name}"
+    def _key(tenant: str, kind: str, name: str) -> bytes:
+        return _bytes(f"replay-proxy:{tenant}:{kind}:{name}")
 
     async def _run(self, operation: Any) -> Any:
         try:
@@ -185,9 +244,8 @@ class RedisStore:
         self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
     ) -> None:
         pipe = self._redis.pipeline(transaction=False)
-        value = (recording.previous_response_id or "") + "\n" + recording.encode()
-        key = self._key(tenant, "resp", recording.response_id)
-        pipe.set(key, value, ex=self.ttl)
+        key = self._key(tenant, RESPONSE, recording.response_id)
+        pipe.set(key, encode_response(recording), ex=self.ttl)
         now = time.time()  # wall clock: every machine sharing the store counts alike
         pipe.zadd(self._index, {key: now + self.ttl})
         pipe.zremrangebyscore(self._index, "-inf", now)
@@ -220,13 +278,18 @@ class RedisStore:
         return int(count)
 
     async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
-        prefix = self._key(tenant, "resp", "")
-        values = await self._run(self._chain(keys=[], args=[prefix, response_id, depth]))
+        prefix = self._key(tenant, RESPONSE, "")
+        named = _bytes(response_id)
+        values = await self._run(self._chain(keys=[], args=[prefix, named, depth]))
         found = []
         current = response_id
         for value in values:
-            _, _, data = bytes(value).partition(b"\n")
-            recording = Recording.decode(current, data)
+            try:
+                recording = decode_response(current, bytes(value))
+            except (ValueError, RecursionError) as exc:
+                # The chain ends where it cannot be read: what came before it still pairs.
+                _undecodable(f"the recorded response {current!r}", exc)
+                break
             found.append(recording)
             current = recording.previous_response_id or ""
         return found
@@ -243,19 +306,32 @@ class RedisStore:
         by_id: dict[str, Item] = {}
         if item_ids:
             values = results.pop(0)
-            by_id = {i: json.loads(v) for i, v in zip(item_ids, values, strict=True) if v}
-        calls = [json.loads(v) for found in results for v in found]
+            by_id = {
+                i: item
+                for i, v in zip(item_ids, values, strict=True)
+                if v and (item := _item(f"the recorded item {i!r}", v)) is not None
+            }
+        calls = [
+            call
+            for call_id, found in zip(call_ids, results, strict=True)
+            for v in found
+            if (call := _item(f"a recorded call {call_id!r}", v)) is not None
+        ]
         return by_id, calls
 
     async def tools(self, tenant: str, keys: Sequence[str]) -> dict[str, list[tuple[str, Any]]]:
         if not keys:
             return {}
         values = await self._run(self._redis.mget([self._key(tenant, "tools", k) for k in keys]))
-        return {
-            k: [(name, parameters) for name, parameters in json.loads(v)]
-            for k, v in zip(keys, values, strict=True)
-            if v
-        }
+        found = {}
+        for k, v in zip(keys, values, strict=True):
+            if not v:
+                continue
+            try:
+                found[k] = [(str(name), parameters) for name, parameters in json.loads(v)]
+            except (ValueError, TypeError, RecursionError) as exc:
+                _undecodable(f"the recorded tools {k!r}", exc)
+        return found
 
     async def ping(self) -> None:
         await self._run(self._redis.ping())
