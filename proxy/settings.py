@@ -228,6 +228,8 @@ class Ledger:
     url: str = "redis://127.0.0.1:6379/0"
     ttl_s: float = 86400.0
     max_responses: int = 25_000
+    # None: a fifth of max_responses (`per_tenant`).
+    max_responses_per_tenant: int | None = None
     max_chain: int = 64
     timeout_s: float = 1.0
     fail_open: bool = False
@@ -235,6 +237,13 @@ class Ledger:
     # so that a route with `materialize: true` can inline a conversation's history for another
     # upstream. It costs what the items weigh: see README ("Switching providers").
     whole_items: bool = False
+
+    @property
+    def per_tenant(self) -> int:
+        """How many responses one tenant may hold in the memory backend."""
+        if self.max_responses_per_tenant is not None:
+            return self.max_responses_per_tenant
+        return max(1, self.max_responses // 5)
 
     def __post_init__(self) -> None:
         if self.backend == "redis" and importlib.util.find_spec("redis") is None:

@@ -169,6 +169,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "url": {"type": "string", "pattern": "^(redis|rediss|unix)://"},
                 "ttl_s": _SECONDS,
                 "max_responses": {"type": "integer", "minimum": 1},
+                "max_responses_per_tenant": {"type": "integer", "minimum": 1},
                 "max_chain": {"type": "integer", "minimum": 1},
                 "timeout_s": _SECONDS,
                 "fail_open": {"type": "boolean"},
@@ -255,7 +256,10 @@ MEANINGS: dict[str, str] = {
     "ledger.backend": "memory (per process) | redis (shared by processes and machines)",
     "ledger.url": "the Redis server, for backend: redis",
     "ledger.ttl_s": "how long a relayed response is remembered",
-    "ledger.max_responses": "the memory backend's bound (least recent forgotten)",
+    "ledger.max_responses": "the memory backend's bound (when full, the tenant holding the most "
+    "loses its oldest)",
+    "ledger.max_responses_per_tenant": "the memory backend's bound per tenant (its oldest "
+    "forgotten); not set: a fifth of max_responses",
     "ledger.max_chain": "how many responses back a follow-up may pair its outputs",
     "ledger.timeout_s": "a slower ledger read or write is a fault",
     "ledger.fail_open": "true: an unknown previous response or a ledger fault lets an unpaired "

@@ -27,17 +27,63 @@ RESPONSE = "response"
 def open_store(settings: settings.Ledger) -> Store:
     if settings.backend == "redis":
         return RedisStore(settings.url, ttl_s=settings.ttl_s, timeout_s=settings.timeout_s)
-    return MemoryStore(max_responses=settings.max_responses, ttl_s=settings.ttl_s)
+    return MemoryStore(
+        max_responses=settings.max_responses,
+        ttl_s=settings.ttl_s,
+        max_per_tenant=settings.per_tenant,
+    )
+
+
+class _Holdings:
+    """How many responses each tenant holds, and one that holds the most: O(1) per change."""
+
+    def __init__(self) -> None:
+        self._count: dict[str, int] = {}
+        # count -> the tenants holding that many, in the order they came to hold it.
+        self._holding: dict[int, dict[str, None]] = {}
+        self._top = 0
+
+    def add(self, tenant: str) -> None:
+        count = self._count.get(tenant, 0)
+        if count:
+            del self._holding[count][tenant]
+        self._count[tenant] = count + 1
+        self._holding.setdefault(count + 1, {})[tenant] = None
+        self._top = max(self._top, count + 1)
+
+    def remove(self, tenant: str) -> None:
+        count = self._count.pop(tenant)
+        del self._holding[count][tenant]
+        if count > 1:
+            self._count[tenant] = count - 1
+            self._holding.setdefault(count - 1, {})[tenant] = None
+
+    def largest(self) -> str:
+        """A tenant holding the most (the first to hold that many); some tenant holds one."""
+        while not self._holding.get(self._top):
+            self._top -= 1  # counts change by one: the top falls a step at a time
+        return next(iter(self._holding[self._top]))
 
 
 class MemoryStore:
-    """Per-process store, bounded in responses, with a TTL; every operation O(1) per item."""
+    """Per-process store, bounded in responses per tenant and in all, with a TTL; every
+    operation O(1) per item.
 
-    def __init__(self, *, max_responses: int, ttl_s: float) -> None:
+    A tenant past `max_per_tenant` loses its own oldest response. When the store is full, the
+    tenant holding the most loses its oldest: no tenant's traffic evicts another's few.
+    """
+
+    def __init__(
+        self, *, max_responses: int, ttl_s: float, max_per_tenant: int | None = None
+    ) -> None:
         self.max_responses = max_responses
+        self.max_per_tenant = max_responses if max_per_tenant is None else max_per_tenant
         self.ttl_s = ttl_s
         # (tenant, response id) -> (expiry, recording); insertion order is expiry order.
         self._responses: OrderedDict[tuple[str, str], tuple[float, Recording]] = OrderedDict()
+        # tenant -> its response ids, oldest first.
+        self._held: dict[str, dict[str, None]] = {}
+        self._holdings = _Holdings()
         self._items: dict[tuple[str, str], Item] = {}
         self._calls: dict[tuple[str, str], list[Item]] = {}
         # (tenant, tools hash) -> [the tools, how many recorded responses name them].
@@ -68,6 +114,9 @@ class MemoryStore:
         if key in self._responses:
             self._forget(key)
         self._responses[key] = (now + self.ttl_s, recording)
+        own = self._held.setdefault(tenant, {})
+        own[recording.response_id] = None
+        self._holdings.add(tenant)
         for index, item in enumerate(recording.items):
             item_id = item.get("id")
             sent = index < recording.inputs
@@ -79,17 +128,27 @@ class MemoryStore:
             if call_key is not None and not sent and item.get("type") != COMPACTION:
                 self._calls.setdefault((tenant, call_key), []).append(item)
         self._expire(now)
+        if len(own) > self.max_per_tenant:
+            self._forget((tenant, next(iter(own))))
+        while len(self._responses) > self.max_responses:
+            largest = self._holdings.largest()
+            self._forget((largest, next(iter(self._held[largest]))))
 
     def _expire(self, now: float) -> None:
         while self._responses:
             key, (expires, _) = next(iter(self._responses.items()))
-            if expires > now and len(self._responses) <= self.max_responses:
+            if expires > now:
                 return
             self._forget(key)
 
     def _forget(self, key: tuple[str, str]) -> None:
         _, recording = self._responses.pop(key)
         tenant = key[0]
+        own = self._held[tenant]
+        del own[key[1]]
+        if not own:
+            del self._held[tenant]
+        self._holdings.remove(tenant)
         if recording.tools is not None:
             held = self._tools.get((tenant, recording.tools))
             if held is not None:
