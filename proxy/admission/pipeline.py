@@ -157,7 +157,9 @@ async def admit(
     if changed:
         parsed = {**parsed, "model": routed.model}
     try:
-        view = await ledger.view(tenant, parsed, provenance=policy.require_provenance)
+        view = await ledger.view(
+            tenant, parsed, provenance=policy.require_provenance, upstream=upstream
+        )
         previous = parsed.get("previous_response_id")
         # Only an upstream of this config is another one: a response recorded under a name the
         # config no longer has (before routes, the single form's `default`) is judged as before.
@@ -291,7 +293,10 @@ async def _materialize(
         )
     inlined = {k: v for k, v in parsed.items() if k != "previous_response_id"}
     inlined["input"] = [*history, *_input_items(parsed)]
-    return inlined, await ledger.view(tenant, inlined, provenance=routed.policy.require_provenance)
+    provenance = routed.policy.require_provenance
+    return inlined, await ledger.view(
+        tenant, inlined, provenance=provenance, upstream=routed.upstream
+    )
 
 
 def _input_items(parsed: Mapping[str, Any]) -> list[Any]:

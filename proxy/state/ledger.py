@@ -404,9 +404,15 @@ class Store(Protocol):
         ...
 
     async def lookup(
-        self, tenant: str, item_ids: Sequence[str], call_ids: Sequence[str]
+        self,
+        tenant: str,
+        item_ids: Sequence[str],
+        call_ids: Sequence[str],
+        *,
+        upstream: str | None = None,
     ) -> tuple[dict[str, Item], list[Item]]:
-        """Recorded items by id, and every recorded call with one of `call_ids`."""
+        """The items `upstream` made (or that went to it) recorded by id, and every recorded
+        call with one of `call_ids`, whichever upstream emitted it."""
         ...
 
     async def close(self) -> None: ...
@@ -451,9 +457,15 @@ class Ledger:
             self.on_fault(operation)
 
     async def view(
-        self, tenant: str, body: Mapping[str, Any], *, provenance: bool
+        self,
+        tenant: str,
+        body: Mapping[str, Any],
+        *,
+        provenance: bool,
+        upstream: str | None = None,
     ) -> LedgerView | None:
         """What the gate may pair this request's outputs with; None when it names no history.
+        Its `item_reference`s resolve only to items recorded from `upstream` (the route's).
 
         A store that cannot answer is logged and counted, then raises LedgerFault, unless
         `fail_open`: then what could not be read counts as not recorded."""
@@ -490,7 +502,9 @@ class Ledger:
                 view.origin = chain[0].upstream if chain else None
                 view.add_chain(chain)
             if reference_ids or call_ids:
-                by_id, calls = await self.store.lookup(tenant, reference_ids, call_ids)
+                by_id, calls = await self.store.lookup(
+                    tenant, reference_ids, call_ids, upstream=upstream
+                )
                 view.by_id.update(by_id)
                 for call in calls:
                     view.add_emitted(call)

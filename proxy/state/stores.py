@@ -84,7 +84,8 @@ class MemoryStore:
         # tenant -> its response ids, oldest first.
         self._held: dict[str, dict[str, None]] = {}
         self._holdings = _Holdings()
-        self._items: dict[tuple[str, str], Item] = {}
+        # (tenant, upstream, item id) -> item: a reference resolves on its own upstream only.
+        self._items: dict[tuple[str, str, str], Item] = {}
         self._calls: dict[tuple[str, str], list[Item]] = {}
         # (tenant, tools hash) -> [the tools, how many recorded responses name them].
         self._tools: dict[tuple[str, str], list[Any]] = {}
@@ -117,12 +118,15 @@ class MemoryStore:
         own = self._held.setdefault(tenant, {})
         own[recording.response_id] = None
         self._holdings.add(tenant)
+        made_by = recording.upstream or ""
         for index, item in enumerate(recording.items):
             item_id = item.get("id")
             sent = index < recording.inputs
             # An item a client sent never replaces one an upstream emitted under its id.
-            if isinstance(item_id, str) and not (sent and (tenant, item_id) in self._items):
-                self._items[(tenant, item_id)] = item
+            if isinstance(item_id, str) and not (
+                sent and (tenant, made_by, item_id) in self._items
+            ):
+                self._items[(tenant, made_by, item_id)] = item
             call_key = items.pairing_key(item)
             # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
             if call_key is not None and not sent and item.get("type") != COMPACTION:
@@ -155,10 +159,11 @@ class MemoryStore:
                 held[1] -= 1
                 if held[1] <= 0:
                     del self._tools[(tenant, recording.tools)]
+        made_by = recording.upstream or ""
         for item in recording.items:
             item_id = item.get("id")
-            if isinstance(item_id, str) and self._items.get((tenant, item_id)) is item:
-                del self._items[(tenant, item_id)]
+            if isinstance(item_id, str) and self._items.get((tenant, made_by, item_id)) is item:
+                del self._items[(tenant, made_by, item_id)]
             call_key = items.pairing_key(item)
             calls = self._calls.get((tenant, call_key)) if call_key is not None else None
             if calls is not None and call_key is not None:
@@ -185,10 +190,20 @@ class MemoryStore:
         return found
 
     async def lookup(
-        self, tenant: str, item_ids: Sequence[str], call_ids: Sequence[str]
+        self,
+        tenant: str,
+        item_ids: Sequence[str],
+        call_ids: Sequence[str],
+        *,
+        upstream: str | None = None,
     ) -> tuple[dict[str, Item], list[Item]]:
         self._expire(time.monotonic())
-        by_id = {i: self._items[(tenant, i)] for i in item_ids if (tenant, i) in self._items}
+        made_by = upstream or ""
+        by_id = {
+            i: found
+            for i in item_ids
+            if (found := self._items.get((tenant, made_by, i))) is not None
+        }
         calls = [c for call_id in call_ids for c in self._calls.get((tenant, call_id), ())]
         return by_id, calls
 
@@ -257,6 +272,11 @@ def _undecodable(what: str, exc: Exception) -> None:
     log.warning("ledger: %s cannot be read (%s); taken as not recorded", what, exc)
 
 
+def _items_of(upstream: str | None) -> str:
+    """The key kind of the items an upstream made (an upstream's name has no colon)."""
+    return f"item@{upstream or ''}"
+
+
 def _item(what: str, value: bytes) -> Item | None:
     """A recorded item read back; None (logged) for a value that is not one."""
     try:
@@ -321,7 +341,8 @@ class RedisStore:
             sent = index < recording.inputs
             if isinstance(item_id, str):
                 # An item a client sent never replaces one an upstream emitted under its id.
-                pipe.set(self._key(tenant, "item", item_id), encoded, ex=self.ttl, nx=sent)
+                key = self._key(tenant, _items_of(recording.upstream), item_id)
+                pipe.set(key, encoded, ex=self.ttl, nx=sent)
             call_key = items.pairing_key(item)
             # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
             if call_key is not None and not sent and item.get("type") != COMPACTION:
@@ -354,11 +375,17 @@ class RedisStore:
         return found
 
     async def lookup(
-        self, tenant: str, item_ids: Sequence[str], call_ids: Sequence[str]
+        self,
+        tenant: str,
+        item_ids: Sequence[str],
+        call_ids: Sequence[str],
+        *,
+        upstream: str | None = None,
     ) -> tuple[dict[str, Item], list[Item]]:
         pipe = self._redis.pipeline(transaction=False)
         if item_ids:
-            pipe.mget([self._key(tenant, "item", i) for i in item_ids])
+            kind = _items_of(upstream)
+            pipe.mget([self._key(tenant, kind, i) for i in item_ids])
         for call_id in call_ids:
             pipe.lrange(self._key(tenant, "call", call_id), 0, -1)
         results = await self._run(pipe.execute()) if item_ids or call_ids else []

@@ -157,7 +157,7 @@ async def test_a_corrupted_item_call_or_tools_value_is_not_recorded(
     await store.put("t", Recording("resp_1", None, (call,), tools="k"), [("sales", {})])
     client = aioredis.Redis.from_url(redis_server.url)
     try:
-        await client.set(b"replay-proxy:t:item:fc_c", b"{not json")
+        await client.set(b"replay-proxy:t:item@:fc_c", b"{not json")
         await client.rpush(b"replay-proxy:t:call:c", b"[1]")
         await client.set(b"replay-proxy:t:tools:k", b'{"not": "pairs"}')
         with caplog.at_level(logging.WARNING, logger="replay_proxy"):
