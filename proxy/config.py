@@ -19,6 +19,7 @@ from proxy.settings import (
     Limits,
     Listen,
     Log,
+    Readiness,
     Tracing,
     Upstream,
 )
@@ -104,6 +105,7 @@ class Config:
         object.__setattr__(self, "routing", routing)
 
     extproc: Extproc = field(default_factory=Extproc)
+    readiness: Readiness = field(default_factory=Readiness)
 
     def with_secrets(self, environ: Mapping[str, str]) -> Config:
         """The config with what it takes from the environment: each upstream's `api_key` from

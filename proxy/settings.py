@@ -233,6 +233,8 @@ class Ledger:
     url: str = "redis://127.0.0.1:6379/0"
     ttl_s: float = 86400.0
     max_responses: int = 25_000
+    # None: a fifth of max_responses (`per_tenant`).
+    max_responses_per_tenant: int | None = None
     max_chain: int = 64
     timeout_s: float = 1.0
     fail_open: bool = False
@@ -241,11 +243,34 @@ class Ledger:
     # upstream. It costs what the items weigh: see README ("Switching providers").
     whole_items: bool = False
 
+    @property
+    def per_tenant(self) -> int:
+        """How many responses one tenant may hold in the memory backend."""
+        if self.max_responses_per_tenant is not None:
+            return self.max_responses_per_tenant
+        return max(1, self.max_responses // 5)
+
     def __post_init__(self) -> None:
         if self.backend == "redis" and importlib.util.find_spec("redis") is None:
             raise ValueError(
                 "backend: redis needs the redis client: pip install 'replay-proxy[redis]'"
             )
+
+
+READINESS_LEDGER = ("reported", "required")
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What `/-/ready` turns on. The ledger's check is always listed; `ledger: reported` leaves
+    the answer 200 when only the ledger fails (first turns still work, and every replica shares
+    one Redis: all of them would leave the Service at once), `required` makes it a 503."""
+
+    ledger: str = "reported"
+
+    def __post_init__(self) -> None:
+        if self.ledger not in READINESS_LEDGER:
+            raise ValueError(f"ledger: {self.ledger!r} is not one of {', '.join(READINESS_LEDGER)}")
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,13 @@ _DECODED = frozenset({"content-encoding"})
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 # The SDK retries 408/409/429/5xx; a blocked request fails the same way every time.
 _NOT_RETRIED: Mapping[str, str] = MappingProxyType({"x-should-retry": "false"})
+# A request that needs the ledger when its store cannot answer (down, slower than its timeout).
+LEDGER_UNAVAILABLE = ProxyError(
+    503,
+    "ledger_unavailable",
+    "the proxy could not read its record of earlier responses (a fault of the proxy's, not of "
+    "this request); try again",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,24 +156,30 @@ async def admit(
     changed = routed.model is not None
     if changed:
         parsed = {**parsed, "model": routed.model}
-    view = await ledger.view(tenant, parsed, provenance=policy.require_provenance)
-    previous = parsed.get("previous_response_id")
-    # Only an upstream of this config is another one: a response recorded under a name the
-    # config no longer has (before routes, the single form's `default`) is judged as before.
-    origin = None if view is None else view.origin
-    if (
-        view is not None
-        and origin is not None
-        and origin in config.upstream_named
-        and origin != upstream
-        and isinstance(previous, str)
-    ):
-        try:
+    try:
+        view = await ledger.view(
+            tenant, parsed, provenance=policy.require_provenance, upstream=upstream
+        )
+        previous = parsed.get("previous_response_id")
+        # Only an upstream of this config is another one: a response recorded under a name the
+        # config no longer has (before routes, the single form's `default`) is judged as before.
+        origin = None if view is None else view.origin
+        if (
+            view is not None
+            and origin is not None
+            and origin in config.upstream_named
+            and origin != upstream
+            and isinstance(previous, str)
+        ):
             parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
-        except ProxyError as exc:
-            metrics.count(label, "invalid", upstream)
-            return answer_to(exc)
-        changed = True
+            changed = True
+    except LedgerFault:
+        # The proxy's fault, not the request's: a 503 the SDKs retry, never an `orphan`.
+        metrics.count(label, "ledger_unavailable", upstream)
+        return answer_to(LEDGER_UNAVAILABLE)
+    except ProxyError as exc:
+        metrics.count(label, "invalid", upstream)
+        return answer_to(exc)
     verdict = await _inspect(
         request,
         (parsed, asked),
@@ -254,7 +267,8 @@ async def _materialize(
 ) -> tuple[dict[str, Any], LedgerView | None]:
     """A request continuing a response another upstream made: refused (400
     `foreign_previous_response`), or with `materialize` that response's whole conversation
-    inlined before this input, `previous_response_id` gone, to be gated as one body."""
+    inlined before this input, `previous_response_id` gone, to be gated as one body. Raises
+    LedgerFault."""
     origin = view.origin
     if not routed.route.materialize:
         raise ProxyError(
@@ -267,13 +281,7 @@ async def _materialize(
             param="previous_response_id",
         )
     tenant = request.tenant or "-"
-    try:
-        history = await ledger.history(tenant, previous)
-    except LedgerFault as exc:
-        ledger.fault("read", exc)
-        raise ProxyError(
-            503, "ledger_unavailable", "the recorded conversation could not be read; try again"
-        ) from None
+    history = await ledger.history(tenant, previous)
     if history is None:
         raise ProxyError(
             400,
@@ -285,7 +293,10 @@ async def _materialize(
         )
     inlined = {k: v for k, v in parsed.items() if k != "previous_response_id"}
     inlined["input"] = [*history, *_input_items(parsed)]
-    return inlined, await ledger.view(tenant, inlined, provenance=routed.policy.require_provenance)
+    provenance = routed.policy.require_provenance
+    return inlined, await ledger.view(
+        tenant, inlined, provenance=provenance, upstream=routed.upstream
+    )
 
 
 def _input_items(parsed: Mapping[str, Any]) -> list[Any]:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy import settings
+from proxy.config import DEFAULT_UPSTREAM
 from proxy.gate.pairing import NOTHING_RECORDED, Recorded
 from proxy.state.ledger import Ledger, LedgerFault
 
@@ -19,11 +20,20 @@ class LedgerReader:
 
     Raises LedgerFault when the ledger cannot be read at all."""
 
-    def __init__(self, url: str, tenant: str, ledger: settings.Ledger, *, provenance: bool) -> None:
+    def __init__(
+        self,
+        url: str,
+        tenant: str,
+        ledger: settings.Ledger,
+        *,
+        provenance: bool,
+        upstream: str = DEFAULT_UPSTREAM,
+    ) -> None:
         # Imported here: `check` without --ledger never loads the Redis client.
         from proxy.state.stores import RedisStore
 
         self.tenant = tenant
+        self.upstream = upstream  # references resolve to the items it made
         self.provenance = provenance
         self.faults = 0
         self.runner = asyncio.Runner()
@@ -42,7 +52,14 @@ class LedgerReader:
         self.faults += 1
 
     def recorded(self, body: Mapping[str, Any]) -> Recorded:
-        view = self.runner.run(self.ledger.view(self.tenant, body, provenance=self.provenance))
+        try:
+            view = self.runner.run(
+                self.ledger.view(
+                    self.tenant, body, provenance=self.provenance, upstream=self.upstream
+                )
+            )
+        except LedgerFault:  # counted: the run says how many reads failed
+            return NOTHING_RECORDED
         return NOTHING_RECORDED if view is None else view
 
     def close(self) -> None:

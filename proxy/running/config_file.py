@@ -16,6 +16,7 @@ from proxy.config import Config, Route
 from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy, PolicyError
 from proxy.settings import (
     LOG_FORMATS,
+    READINESS_LEDGER,
     Admin,
     Audit,
     Client,
@@ -25,6 +26,7 @@ from proxy.settings import (
     Limits,
     Listen,
     Log,
+    Readiness,
     Tracing,
     Upstream,
 )
@@ -168,6 +170,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "url": {"type": "string", "pattern": "^(redis|rediss|unix)://"},
                 "ttl_s": _SECONDS,
                 "max_responses": {"type": "integer", "minimum": 1},
+                "max_responses_per_tenant": {"type": "integer", "minimum": 1},
                 "max_chain": {"type": "integer", "minimum": 1},
                 "timeout_s": _SECONDS,
                 "fail_open": {"type": "boolean"},
@@ -202,6 +205,7 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
             }
         ),
         "extproc": _object({"listen": {"type": "string", "minLength": 1}}),
+        "readiness": _object({"ledger": {"enum": list(READINESS_LEDGER)}}),
     }
 )
 
@@ -255,10 +259,14 @@ MEANINGS: dict[str, str] = {
     "and machines)",
     "ledger.url": "the Redis server, for backend: redis",
     "ledger.ttl_s": "how long a relayed response is remembered",
-    "ledger.max_responses": "the memory backend's bound (least recent forgotten)",
+    "ledger.max_responses": "the memory backend's bound (when full, the tenant holding the most "
+    "loses its oldest)",
+    "ledger.max_responses_per_tenant": "the memory backend's bound per tenant (its oldest "
+    "forgotten); not set: a fifth of max_responses",
     "ledger.max_chain": "how many responses back a follow-up may pair its outputs",
     "ledger.timeout_s": "a slower ledger read or write is a fault",
-    "ledger.fail_open": "unknown previous response or ledger fault: false = orphan",
+    "ledger.fail_open": "true: an unknown previous response or a ledger fault lets an unpaired "
+    "output through; false: orphan, and a fault is a 503 ledger_unavailable",
     "ledger.whole_items": "keep responses' items whole (needed by routes' materialize: true)",
     "limits.max_body_bytes": "the largest gated body, after content decoding (else 413)",
     "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
@@ -270,6 +278,8 @@ MEANINGS: dict[str, str] = {
     "environment, else http://localhost:4318/v1/traces)",
     "tracing.service_name": "the service.name the spans carry",
     "extproc.listen": "`replay-proxy extproc`: HOST:PORT or unix:PATH for Envoy's gRPC streams",
+    "readiness.ledger": "reported: /-/ready lists the ledger, stays 200 when only it fails | "
+    "required: a ledger down is 503 (unless ledger.fail_open)",
 }
 
 # Where a key's default lives when it is not at the same path of Config().
@@ -356,6 +366,7 @@ def _build(data: dict[str, Any], problems: list[str]) -> Config | None:
         ("log", Log),
         ("tracing", Tracing),
         ("extproc", Extproc),
+        ("readiness", Readiness),
     ):
         if name not in broken:
             try:

@@ -8,6 +8,7 @@ from aiohttp.typedefs import Handler
 from proxy.gate.errors import ProxyError
 from proxy.server.clients import tenant_of
 from proxy.server.keys import IN_FORCE, LEDGER, READINESS
+from proxy.server.readiness import is_ready
 
 
 def is_admin(request: web.Request) -> bool:
@@ -35,10 +36,10 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def ready(request: web.Request) -> web.Response:
-    """200 when every check holds, else 503; the body lists every check."""
+    """200 when every check readiness depends on holds, else 503; the body lists every check."""
     app = request.app
     checks = await app[READINESS].checks(app[IN_FORCE].current.config, app[LEDGER].store)
-    ok = all(check.ok for check in checks)
+    ok = is_ready(checks)
     return web.json_response(
         {"status": "ready" if ok else "not_ready", "checks": [c.as_dict() for c in checks]},
         status=200 if ok else 503,

@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from urllib.parse import urlsplit
 
@@ -26,14 +26,21 @@ _CONNECT_S = 2.0
 
 @dataclass(frozen=True)
 class Check:
-    """One thing readiness depends on: its name, whether it holds, and what was seen."""
+    """One thing readiness looks at: its name, whether it holds, what was seen, and whether
+    readiness depends on it (one that is only reported may fail and the process stay ready)."""
 
     name: str
     ok: bool
     detail: str
+    required: bool = True
 
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "required": self.required}
+
+
+def is_ready(checks: list[Check]) -> bool:
+    """Whether every check readiness depends on holds."""
+    return all(check.ok for check in checks if check.required)
 
 
 def upstreams_of(config: Config) -> Mapping[str, settings.Upstream]:
@@ -42,8 +49,9 @@ def upstreams_of(config: Config) -> Mapping[str, settings.Upstream]:
 
 
 class Readiness:
-    """Draining after SIGTERM, the upstreams (a TCP connect each), the Redis ledger, and the
-    supervisor's worker slots; the network checks are cached for `CACHE_S`."""
+    """Draining after SIGTERM, the upstreams (a TCP connect each), the Redis ledger (reported,
+    or required with `readiness.ledger: required`), and the supervisor's worker slots; the
+    network checks are cached for `CACHE_S`."""
 
     def __init__(self, ledger: settings.Ledger, metrics: Metrics, worker: WorkerSlot | None):
         self.ledger = ledger
@@ -63,7 +71,8 @@ class Readiness:
         ]
         for name, upstream in upstreams_of(config).items():
             found.append(await self._cached(f"upstream:{name}", partial(_connect, upstream)))
-        found.append(await self._cached("ledger", partial(self._ledger, store)))
+        ledger = await self._cached("ledger", partial(self._ledger, store))
+        found.append(replace(ledger, required=config.readiness.ledger == "required"))
         workers = self.workers()
         if workers is not None:
             found.append(workers)

@@ -349,7 +349,8 @@ class _ClientFrames:
         `response.create`, so a frame without one (or with another) may be read upstream as a
         request, and a frame with nothing to gate passes unchanged. A frame the proxy fails on
         (a bug) is answered with a 500 error event naming its id, and the connection carries
-        on. A frame answered here evicts the response it continued, for this connection.
+        on. A frame answered here with a 4xx evicts the response it continued, for this
+        connection.
         """
         app, connection_id = self.app, self.connection_id
         request_id = new_request_id()
@@ -395,7 +396,9 @@ class _ClientFrames:
         if isinstance(decided, pipeline.Answer):
             code = decided.body["error"]["code"]
             log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
-            self.continuations.failed(raw)
+            if decided.status < 500:
+                # A fault of the proxy's (its ledger down) is retried as it was: not evicted.
+                self.continuations.failed(raw)
             return _error_event(decided), None
         app[METRICS].count("websocket", decided.outcome, decided.upstream)
         if self.tap is not None and decided.record:

@@ -212,15 +212,30 @@ class Recording:
 
     @classmethod
     def decode(cls, response_id: str, data: str | bytes) -> Recording:
+        """The recording `encode` wrote; ValueError for anything else (a value corrupted, or
+        written by another program), so that no stored value reaches the gate unchecked."""
         value = json.loads(data)
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        previous, found, inputs = value.get("prev"), value.get("items"), value.get("inputs", 0)
+        tools, upstream, whole = value.get("tools"), value.get("upstream"), value.get("whole")
+        if not isinstance(found, list) or not all(isinstance(item, dict) for item in found):
+            raise ValueError("items: not a list of objects")
+        if type(inputs) is not int or not 0 <= inputs <= len(found):
+            raise ValueError("inputs: not a count of its items")
+        for key, given in (("prev", previous), ("tools", tools), ("upstream", upstream)):
+            if given is not None and not isinstance(given, str):
+                raise ValueError(f"{key}: not a string")
+        if whole is not None and not isinstance(whole, list):
+            raise ValueError("whole: not a list")
         return cls(
             response_id,
-            value["prev"],
-            tuple(value["items"]),
-            value.get("inputs", 0),
-            value.get("tools"),
-            value.get("upstream"),
-            None if value.get("whole") is None else tuple(value["whole"]),
+            previous,
+            tuple(found),
+            inputs,
+            tools,
+            upstream,
+            None if whole is None else tuple(whole),
         )
 
 
@@ -389,9 +404,15 @@ class Store(Protocol):
         ...
 
     async def lookup(
-        self, tenant: str, item_ids: Sequence[str], call_ids: Sequence[str]
+        self,
+        tenant: str,
+        item_ids: Sequence[str],
+        call_ids: Sequence[str],
+        *,
+        upstream: str | None = None,
     ) -> tuple[dict[str, Item], list[Item]]:
-        """Recorded items by id, and every recorded call with one of `call_ids`."""
+        """The items `upstream` made (or that went to it) recorded by id, and every recorded
+        call with one of `call_ids`, whichever upstream emitted it."""
         ...
 
     async def close(self) -> None: ...
@@ -424,19 +445,30 @@ class Ledger:
         self.on_write = on_write  # told of each response recorded
 
     def fault(self, operation: str, exc: LedgerFault) -> None:
-        log.warning(
-            "ledger %s failed (%s): %s",
-            operation,
-            "failing open" if self.fail_open else "failing closed",
-            exc,
-        )
+        """Log and count a fault of the store's; what it costs depends on the operation."""
+        if operation != "read":
+            cost = "the response is not recorded" if operation == "write" else "not known"
+        elif self.fail_open:
+            cost = "failing open: an unpaired output is let through"
+        else:
+            cost = "the request is answered 503 ledger_unavailable"
+        log.warning("ledger %s failed (%s): %s", operation, cost, exc)
         if self.on_fault is not None:
             self.on_fault(operation)
 
     async def view(
-        self, tenant: str, body: Mapping[str, Any], *, provenance: bool
+        self,
+        tenant: str,
+        body: Mapping[str, Any],
+        *,
+        provenance: bool,
+        upstream: str | None = None,
     ) -> LedgerView | None:
-        """What the gate may pair this request's outputs with; None when it names no history."""
+        """What the gate may pair this request's outputs with; None when it names no history.
+        Its `item_reference`s resolve only to items recorded from `upstream` (the route's).
+
+        A store that cannot answer is logged and counted, then raises LedgerFault, unless
+        `fail_open`: then what could not be read counts as not recorded."""
         previous = body.get("previous_response_id")
         input_items = body.get("input")
         listed = input_items if isinstance(input_items, list) else []
@@ -470,7 +502,9 @@ class Ledger:
                 view.origin = chain[0].upstream if chain else None
                 view.add_chain(chain)
             if reference_ids or call_ids:
-                by_id, calls = await self.store.lookup(tenant, reference_ids, call_ids)
+                by_id, calls = await self.store.lookup(
+                    tenant, reference_ids, call_ids, upstream=upstream
+                )
                 view.by_id.update(by_id)
                 for call in calls:
                     view.add_emitted(call)
@@ -480,6 +514,8 @@ class Ledger:
                 view.attach_tools()
         except LedgerFault as exc:
             self.fault("read", exc)
+            if not self.fail_open:
+                raise
             missing = True
         # Only an unknown previous response is waived; a request that names none pairs inline.
         view.trust_unpaired = self.fail_open and missing and isinstance(previous, str)
@@ -489,8 +525,12 @@ class Ledger:
         """The whole conversation up to and with a recorded response, oldest item first: each
         response's input, then its output, from the first of its chain. None when it cannot be
         had whole: a response of it unknown, recorded without its whole items, or the chain
-        longer than `max_chain`. Raises LedgerFault."""
-        chain = await self.store.chain(tenant, response_id, self.max_chain)
+        longer than `max_chain`. Raises LedgerFault (logged and counted)."""
+        try:
+            chain = await self.store.chain(tenant, response_id, self.max_chain)
+        except LedgerFault as exc:
+            self.fault("read", exc)
+            raise
         if not chain or chain[-1].previous_response_id is not None:
             return None
         found: list[Any] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -15,22 +17,75 @@ from proxy.gate import items
 from proxy.gate.items import Item
 from proxy.state.ledger import COMPACTION, LedgerFault, Recording, Store
 
+log = logging.getLogger("replay_proxy")
+
+# A response's key kind in Redis. Not `resp`, the kind of the newline-split values before: a
+# proxy of either kind never reads the other's values, so none can fail on them.
+RESPONSE = "response"
+
 
 def open_store(settings: settings.Ledger) -> Store:
     if settings.backend == "redis":
         return RedisStore(settings.url, ttl_s=settings.ttl_s, timeout_s=settings.timeout_s)
-    return MemoryStore(max_responses=settings.max_responses, ttl_s=settings.ttl_s)
+    return MemoryStore(
+        max_responses=settings.max_responses,
+        ttl_s=settings.ttl_s,
+        max_per_tenant=settings.per_tenant,
+    )
+
+
+class _Holdings:
+    """How many responses each tenant holds, and one that holds the most: O(1) per change."""
+
+    def __init__(self) -> None:
+        self._count: dict[str, int] = {}
+        # count -> the tenants holding that many, in the order they came to hold it.
+        self._holding: dict[int, dict[str, None]] = {}
+        self._top = 0
+
+    def add(self, tenant: str) -> None:
+        count = self._count.get(tenant, 0)
+        if count:
+            del self._holding[count][tenant]
+        self._count[tenant] = count + 1
+        self._holding.setdefault(count + 1, {})[tenant] = None
+        self._top = max(self._top, count + 1)
+
+    def remove(self, tenant: str) -> None:
+        count = self._count.pop(tenant)
+        del self._holding[count][tenant]
+        if count > 1:
+            self._count[tenant] = count - 1
+            self._holding.setdefault(count - 1, {})[tenant] = None
+
+    def largest(self) -> str:
+        """A tenant holding the most (the first to hold that many); some tenant holds one."""
+        while not self._holding.get(self._top):
+            self._top -= 1  # counts change by one: the top falls a step at a time
+        return next(iter(self._holding[self._top]))
 
 
 class MemoryStore:
-    """Per-process store, bounded in responses, with a TTL; every operation O(1) per item."""
+    """Per-process store, bounded in responses per tenant and in all, with a TTL; every
+    operation O(1) per item.
 
-    def __init__(self, *, max_responses: int, ttl_s: float) -> None:
+    A tenant past `max_per_tenant` loses its own oldest response. When the store is full, the
+    tenant holding the most loses its oldest: no tenant's traffic evicts another's few.
+    """
+
+    def __init__(
+        self, *, max_responses: int, ttl_s: float, max_per_tenant: int | None = None
+    ) -> None:
         self.max_responses = max_responses
+        self.max_per_tenant = max_responses if max_per_tenant is None else max_per_tenant
         self.ttl_s = ttl_s
         # (tenant, response id) -> (expiry, recording); insertion order is expiry order.
         self._responses: OrderedDict[tuple[str, str], tuple[float, Recording]] = OrderedDict()
-        self._items: dict[tuple[str, str], Item] = {}
+        # tenant -> its response ids, oldest first.
+        self._held: dict[str, dict[str, None]] = {}
+        self._holdings = _Holdings()
+        # (tenant, upstream, item id) -> item: a reference resolves on its own upstream only.
+        self._items: dict[tuple[str, str, str], Item] = {}
         self._calls: dict[tuple[str, str], list[Item]] = {}
         # (tenant, tools hash) -> [the tools, how many recorded responses name them].
         self._tools: dict[tuple[str, str], list[Any]] = {}
@@ -60,38 +115,55 @@ class MemoryStore:
         if key in self._responses:
             self._forget(key)
         self._responses[key] = (now + self.ttl_s, recording)
+        own = self._held.setdefault(tenant, {})
+        own[recording.response_id] = None
+        self._holdings.add(tenant)
+        made_by = recording.upstream or ""
         for index, item in enumerate(recording.items):
             item_id = item.get("id")
             sent = index < recording.inputs
             # An item a client sent never replaces one an upstream emitted under its id.
-            if isinstance(item_id, str) and not (sent and (tenant, item_id) in self._items):
-                self._items[(tenant, item_id)] = item
+            if isinstance(item_id, str) and not (
+                sent and (tenant, made_by, item_id) in self._items
+            ):
+                self._items[(tenant, made_by, item_id)] = item
             call_key = items.pairing_key(item)
             # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
             if call_key is not None and not sent and item.get("type") != COMPACTION:
                 self._calls.setdefault((tenant, call_key), []).append(item)
         self._expire(now)
+        if len(own) > self.max_per_tenant:
+            self._forget((tenant, next(iter(own))))
+        while len(self._responses) > self.max_responses:
+            largest = self._holdings.largest()
+            self._forget((largest, next(iter(self._held[largest]))))
 
     def _expire(self, now: float) -> None:
         while self._responses:
             key, (expires, _) = next(iter(self._responses.items()))
-            if expires > now and len(self._responses) <= self.max_responses:
+            if expires > now:
                 return
             self._forget(key)
 
     def _forget(self, key: tuple[str, str]) -> None:
         _, recording = self._responses.pop(key)
         tenant = key[0]
+        own = self._held[tenant]
+        del own[key[1]]
+        if not own:
+            del self._held[tenant]
+        self._holdings.remove(tenant)
         if recording.tools is not None:
             held = self._tools.get((tenant, recording.tools))
             if held is not None:
                 held[1] -= 1
                 if held[1] <= 0:
                     del self._tools[(tenant, recording.tools)]
+        made_by = recording.upstream or ""
         for item in recording.items:
             item_id = item.get("id")
-            if isinstance(item_id, str) and self._items.get((tenant, item_id)) is item:
-                del self._items[(tenant, item_id)]
+            if isinstance(item_id, str) and self._items.get((tenant, made_by, item_id)) is item:
+                del self._items[(tenant, made_by, item_id)]
             call_key = items.pairing_key(item)
             calls = self._calls.get((tenant, call_key)) if call_key is not None else None
             if calls is not None and call_key is not None:
@@ -118,10 +190,20 @@ class MemoryStore:
         return found
 
     async def lookup(
-        self, tenant: str, item_ids: Sequence[str], call_ids: Sequence[str]
+        self,
+        tenant: str,
+        item_ids: Sequence[str],
+        call_ids: Sequence[str],
+        *,
+        upstream: str | None = None,
     ) -> tuple[dict[str, Item], list[Item]]:
         self._expire(time.monotonic())
-        by_id = {i: self._items[(tenant, i)] for i in item_ids if (tenant, i) in self._items}
+        made_by = upstream or ""
+        by_id = {
+            i: found
+            for i in item_ids
+            if (found := self._items.get((tenant, made_by, i))) is not None
+        }
         calls = [c for call_id in call_ids for c in self._calls.get((tenant, call_id), ())]
         return by_id, calls
 
@@ -135,21 +217,77 @@ class MemoryStore:
         return None
 
 
-# Walks a response chain inside Redis: one round trip whatever its length.
-# Values are "<previous id>\n<json>"; the previous id is empty for the first response.
+# Walks a response chain inside Redis: one round trip whatever its length. A response's value
+# is length-prefixed, `<bytes of the previous id>:<previous id><recording as JSON>` (`0:` for
+# the first response), so that no byte of an id can end it early. A value that is not a string
+# or not so prefixed ends the walk: the store reads it as not recorded ('' for a wrong type).
 _CHAIN_SCRIPT = """
 local out = {}
 local id = ARGV[2]
 for i = 1, tonumber(ARGV[3]) do
-  local value = redis.call('GET', ARGV[1] .. id)
-  if not value then break end
+  local value = redis.pcall('GET', ARGV[1] .. id)
+  if type(value) ~= 'string' then
+    if value then out[#out + 1] = '' end
+    break
+  end
   out[#out + 1] = value
-  local newline = string.find(value, '\\n', 1, true)
-  id = string.sub(value, 1, newline - 1)
-  if id == '' then break end
+  local colon = string.find(value, ':', 1, true)
+  if not colon then break end
+  local length = tonumber(string.sub(value, 1, colon - 1))
+  if not length or length < 1 then break end
+  id = string.sub(value, colon + 1, colon + length)
 end
 return out
 """
+_LENGTH = re.compile(rb"(0|[1-9][0-9]{0,9}):")
+
+
+def _bytes(text: str) -> bytes:
+    """`text` as Redis holds it: any string a JSON body can carry (a lone surrogate too)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def encode_response(recording: Recording) -> bytes:
+    """A response's value in Redis: its previous id length-prefixed, then its recording."""
+    previous = _bytes(recording.previous_response_id or "")
+    return b"%d:%s%s" % (len(previous), previous, recording.encode().encode())
+
+
+def decode_response(response_id: str, value: bytes) -> Recording:
+    """The recording `encode_response` stored; ValueError for any other value."""
+    prefix = _LENGTH.match(value)
+    if prefix is None:
+        raise ValueError("no length prefix")
+    start = prefix.end()
+    end = start + int(prefix[1])
+    if end > len(value):
+        raise ValueError("shorter than its prefix says")
+    recording = Recording.decode(response_id, value[end:])
+    if _bytes(recording.previous_response_id or "") != value[start:end]:
+        raise ValueError("its prefix names another previous response")
+    return recording
+
+
+def _undecodable(what: str, exc: Exception) -> None:
+    log.warning("ledger: %s cannot be read (%s); taken as not recorded", what, exc)
+
+
+def _items_of(upstream: str | None) -> str:
+    """The key kind of the items an upstream made (an upstream's name has no colon)."""
+    return f"item@{upstream or ''}"
+
+
+def _item(what: str, value: bytes) -> Item | None:
+    """A recorded item read back; None (logged) for a value that is not one."""
+    try:
+        item = json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        _undecodable(what, exc)
+        return None
+    if not isinstance(item, dict):
+        _undecodable(what, ValueError("not a JSON object"))
+        return None
+    return item
 
 
 class RedisStore:
@@ -169,8 +307,8 @@ class RedisStore:
         self._index = "replay-proxy:responses"
 
     @staticmethod
-    def _key(tenant: str, kind: str, name: str) -> str:
-        return f"replay-proxy:{tenant}:{kind}:{name}"
+    def _key(tenant: str, kind: str, name: str) -> bytes:
+        return _bytes(f"replay-proxy:{tenant}:{kind}:{name}")
 
     async def _run(self, operation: Any) -> Any:
         try:
@@ -185,9 +323,8 @@ class RedisStore:
         self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
     ) -> None:
         pipe = self._redis.pipeline(transaction=False)
-        value = (recording.previous_response_id or "") + "\n" + recording.encode()
-        key = self._key(tenant, "resp", recording.response_id)
-        pipe.set(key, value, ex=self.ttl)
+        key = self._key(tenant, RESPONSE, recording.response_id)
+        pipe.set(key, encode_response(recording), ex=self.ttl)
         now = time.time()  # wall clock: every machine sharing the store counts alike
         pipe.zadd(self._index, {key: now + self.ttl})
         pipe.zremrangebyscore(self._index, "-inf", now)
@@ -204,7 +341,8 @@ class RedisStore:
             sent = index < recording.inputs
             if isinstance(item_id, str):
                 # An item a client sent never replaces one an upstream emitted under its id.
-                pipe.set(self._key(tenant, "item", item_id), encoded, ex=self.ttl, nx=sent)
+                key = self._key(tenant, _items_of(recording.upstream), item_id)
+                pipe.set(key, encoded, ex=self.ttl, nx=sent)
             call_key = items.pairing_key(item)
             # Only calls an upstream emitted are looked up as emitted (provenance, statuses).
             if call_key is not None and not sent and item.get("type") != COMPACTION:
@@ -220,42 +358,66 @@ class RedisStore:
         return int(count)
 
     async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
-        prefix = self._key(tenant, "resp", "")
-        values = await self._run(self._chain(keys=[], args=[prefix, response_id, depth]))
+        prefix = self._key(tenant, RESPONSE, "")
+        named = _bytes(response_id)
+        values = await self._run(self._chain(keys=[], args=[prefix, named, depth]))
         found = []
         current = response_id
         for value in values:
-            _, _, data = bytes(value).partition(b"\n")
-            recording = Recording.decode(current, data)
+            try:
+                recording = decode_response(current, bytes(value))
+            except (ValueError, RecursionError) as exc:
+                # The chain ends where it cannot be read: what came before it still pairs.
+                _undecodable(f"the recorded response {current!r}", exc)
+                break
             found.append(recording)
             current = recording.previous_response_id or ""
         return found
 
     async def lookup(
-        self, tenant: str, item_ids: Sequence[str], call_ids: Sequence[str]
+        self,
+        tenant: str,
+        item_ids: Sequence[str],
+        call_ids: Sequence[str],
+        *,
+        upstream: str | None = None,
     ) -> tuple[dict[str, Item], list[Item]]:
         pipe = self._redis.pipeline(transaction=False)
         if item_ids:
-            pipe.mget([self._key(tenant, "item", i) for i in item_ids])
+            kind = _items_of(upstream)
+            pipe.mget([self._key(tenant, kind, i) for i in item_ids])
         for call_id in call_ids:
             pipe.lrange(self._key(tenant, "call", call_id), 0, -1)
         results = await self._run(pipe.execute()) if item_ids or call_ids else []
         by_id: dict[str, Item] = {}
         if item_ids:
             values = results.pop(0)
-            by_id = {i: json.loads(v) for i, v in zip(item_ids, values, strict=True) if v}
-        calls = [json.loads(v) for found in results for v in found]
+            by_id = {
+                i: item
+                for i, v in zip(item_ids, values, strict=True)
+                if v and (item := _item(f"the recorded item {i!r}", v)) is not None
+            }
+        calls = [
+            call
+            for call_id, found in zip(call_ids, results, strict=True)
+            for v in found
+            if (call := _item(f"a recorded call {call_id!r}", v)) is not None
+        ]
         return by_id, calls
 
     async def tools(self, tenant: str, keys: Sequence[str]) -> dict[str, list[tuple[str, Any]]]:
         if not keys:
             return {}
         values = await self._run(self._redis.mget([self._key(tenant, "tools", k) for k in keys]))
-        return {
-            k: [(name, parameters) for name, parameters in json.loads(v)]
-            for k, v in zip(keys, values, strict=True)
-            if v
-        }
+        found = {}
+        for k, v in zip(keys, values, strict=True):
+            if not v:
+                continue
+            try:
+                found[k] = [(str(name), parameters) for name, parameters in json.loads(v)]
+            except (ValueError, TypeError, RecursionError) as exc:
+                _undecodable(f"the recorded tools {k!r}", exc)
+        return found
 
     async def ping(self) -> None:
         await self._run(self._redis.ping())

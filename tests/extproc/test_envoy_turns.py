@@ -117,3 +117,29 @@ async def test_envoy_and_serve_share_a_redis_ledger(
         previous_response_id=response_id,
     )
     assert answer.output_text == "tool said: apac: 42"
+
+
+async def test_a_ledger_down_is_a_503_through_envoy(
+    scripted_upstream: str,
+    behind_envoy: Callable[..., Any],
+    client_for: Clients,
+    redis_server: RedisServer,
+) -> None:
+    """The processor answers as `serve` does: 503 `ledger_unavailable`, never an `orphan`."""
+    envoy = await behind_envoy(
+        scripted_upstream, ledger={"backend": "redis", "url": redis_server.url}
+    )
+    client = client_for(envoy.url)
+    response_id, call = await tool_turn(client, stream=False)
+
+    redis_server.stop()
+    with pytest.raises(openai.InternalServerError) as raised:
+        await create(
+            client,
+            stream=False,
+            input=[sales_output(call["call_id"])],
+            previous_response_id=response_id,
+        )
+
+    assert raised.value.status_code == 503
+    assert (raised.value.type, raised.value.code) == ("server_error", "ledger_unavailable")

@@ -82,6 +82,7 @@ async def test_admin_endpoints_move_to_their_own_listener_which_drains_last(
                     "name": "draining",
                     "ok": False,
                     "detail": "stopping: requests in flight are finishing",
+                    "required": True,
                 }
                 async with session.get(admin + "/-/healthy") as response:
                     assert response.status == 200  # live: it still serves what is in flight

@@ -99,7 +99,7 @@ async def test_a_worker_that_cannot_start_fails_alone_and_is_reported(
         ready = await until(lambda: _ready_when(proxy.url, lambda b: workers_check(b)["ok"]))
         assert ready["status"] == "ready"
         assert workers_check(ready) == {
-            "name": "workers", "ok": True, "detail": "2 of 2 slots serving"
+            "name": "workers", "ok": True, "detail": "2 of 2 slots serving", "required": True
         }  # fmt: skip
         pids = await worker_pids(proxy.url, 2)
 

@@ -61,13 +61,19 @@ async def test_ready_names_every_check_and_sends_the_upstream_nothing(
         {
             "status": "ready",
             "checks": [
-                {"name": "draining", "ok": True, "detail": "serving"},
+                {"name": "draining", "ok": True, "detail": "serving", "required": True},
                 {
                     "name": "upstream:default",
                     "ok": True,
                     "detail": f"connected to 127.0.0.1:{port}",
+                    "required": True,
                 },
-                {"name": "ledger", "ok": True, "detail": "memory: in this process"},
+                {
+                    "name": "ledger",
+                    "ok": True,
+                    "detail": "memory: in this process",
+                    "required": False,
+                },
             ],
         },
     )
@@ -112,24 +118,33 @@ async def test_an_upstream_that_never_listened_is_not_ready_at_the_first_probe(
 
 
 @pytest.mark.parametrize(
-    ("fail_open", "status"),
-    [pytest.param(False, 503, id="fail-closed"), pytest.param(True, 200, id="fail-open")],
+    ("readiness", "fail_open", "ok", "status"),
+    [
+        pytest.param({}, False, False, 200, id="reported-by-default"),
+        pytest.param({"ledger": "required"}, False, False, 503, id="required"),
+        pytest.param({"ledger": "required"}, True, True, 200, id="required-but-fails-open"),
+    ],
 )
-async def test_a_redis_ledger_that_stops_is_not_ready_unless_it_fails_open(
+async def test_a_redis_ledger_that_stops_is_reported_and_only_required_turns_ready_503(
     recording_upstream: RecordingUpstream,
     start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     redis_server: RedisServer,
+    readiness: dict[str, str],
     fail_open: bool,
+    ok: bool,
     status: int,
 ) -> None:
+    """Every replica shares one Redis: were it required by default, all of them would leave
+    the Service at once, though first turns still work."""
     ledger = {"backend": "redis", "url": redis_server.url, "fail_open": fail_open}
-    base = await start_proxy(recording_upstream.url, ledger=ledger)
+    base = await start_proxy(recording_upstream.url, ledger=ledger, readiness=readiness)
     where = f"redis at 127.0.0.1:{redis_server.port}"
+    required = readiness.get("ledger") == "required"
     answered, body = await ready(client, base)
     assert (answered, check_named(body, "ledger")) == (
         200,
-        {"name": "ledger", "ok": True, "detail": f"{where} answers"},
+        {"name": "ledger", "ok": True, "detail": f"{where} answers", "required": required},
     )
 
     redis_server.stop()  # by its pid
@@ -137,10 +152,14 @@ async def test_a_redis_ledger_that_stops_is_not_ready_unless_it_fails_open(
         client, base, lambda b: "is down" in check_named(b, "ledger")["detail"]
     )
 
-    assert answered == status
-    assert check_named(body, "ledger")["ok"] is fail_open
+    assert (answered, body["status"]) == (status, "ready" if status == 200 else "not_ready")
+    assert check_named(body, "ledger")["ok"] is ok
     assert check_named(body, "ledger")["detail"].startswith(f"{where} is down")
     assert check_named(body, "upstream:default")["ok"]
+    # First turns still work while the ledger is down.
+    async with client.post(at(base, "/v1/responses"), json={"model": "m", "input": "hi"}) as resp:
+        assert resp.status == 200
+    assert len(recording_upstream.received) == 1
 
 
 KEY = "rp-admin-check-0123"

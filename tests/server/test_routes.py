@@ -226,6 +226,38 @@ async def test_a_previous_response_of_another_upstream_is_refused_without_materi
     assert answer.output_text == "tool said: apac: 42"
 
 
+async def test_a_reference_resolves_only_on_the_upstream_that_made_its_item(
+    scripted_upstream: str,
+    recording_upstream: RecordingUpstream,
+    start_routed: Any,
+    client_for: Clients,
+) -> None:
+    """An `item_reference` to a call `openai` made is `unknown_reference` on a route to
+    `acme` (which never had that item), and resolves on a route to `openai`."""
+    client = client_for(
+        await start_routed(**two_providers(scripted_upstream, recording_upstream.url))
+    )
+    _, call = await tool_turn(client)
+    replay: list[Any] = [
+        {"type": "item_reference", "id": call["id"]},
+        sales_output(call["call_id"], "apac: 42"),
+    ]
+
+    with pytest.raises(openai.BadRequestError) as raised:
+        await client.responses.create(
+            model=MODEL, tools=TOOLS, input=replay, extra_headers={"x-replay-upstream": "acme"}
+        )
+    answer = await client.responses.create(model=MODEL, tools=TOOLS, input=replay)
+
+    assert isinstance(raised.value.body, dict)
+    assert [(f["index"], f["reason"]) for f in raised.value.body["findings"]] == [
+        (0, "unknown_reference"),
+        (1, "orphan"),  # its call was behind the reference
+    ]
+    assert recording_upstream.received == []
+    assert answer.output_text == "tool said: apac: 42"
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_conversation_moves_to_another_provider_with_materialize(
     scripted_upstream: str,

@@ -15,6 +15,7 @@ import pytest
 from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
 from tests.fixture_types import ProxyFactory
 from tests.servers.recording import RecordingUpstream
+from tests.servers.redis_server import RedisServer
 
 
 @pytest.fixture
@@ -52,6 +53,45 @@ async def test_a_tool_turn_and_its_follow_up_pass(
             tools=[SALES_TOOL],
         )
 
+    assert events[-1]["type"] == "response.completed"
+    [message] = events[-1]["response"]["output"]
+    assert message["content"][0]["text"] == "tool said: apac: 7"
+
+
+async def test_a_ledger_fault_is_a_503_event_and_the_turn_may_be_retried(
+    scripted_upstream: str,
+    start_proxy: ProxyFactory,
+    session: aiohttp.ClientSession,
+    redis_server: RedisServer,
+) -> None:
+    """Redis not answering is the proxy's fault: an error event with status 503 and
+    `ledger_unavailable`, and the turn is not evicted: once Redis answers, it goes through."""
+    ledger = {"backend": "redis", "url": redis_server.url, "timeout_s": 0.5}
+    base = await start_proxy(scripted_upstream, ledger=ledger)
+    async with session.ws_connect(base + "/v1/responses") as ws:
+        events = await turn(ws, model="scripted", input="sales?", tools=[SALES_TOOL])
+        response = events[-1]["response"]
+        [call] = [item for item in response["output"] if item["type"] == "function_call"]
+        follow_up = {
+            "model": "scripted",
+            "previous_response_id": response["id"],
+            "input": [sales_output(call["call_id"], "apac: 7")],
+            "tools": [SALES_TOOL],
+        }
+
+        redis_server.pause()
+        try:
+            [error] = await turn(ws, **follow_up)
+        finally:
+            redis_server.resume()
+        events = await turn(ws, **follow_up)
+
+    assert error["type"] == "error"
+    assert error["status"] == 503
+    assert (error["error"]["type"], error["error"]["code"]) == (
+        "server_error",
+        "ledger_unavailable",
+    )
     assert events[-1]["type"] == "response.completed"
     [message] = events[-1]["response"]["output"]
     assert message["content"][0]["text"] == "tool said: apac: 7"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -56,8 +57,18 @@ class RedisServer:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.02)
 
+    def pause(self) -> None:
+        """Stop the server answering, its data kept (SIGSTOP): every read times out."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a paused server could not stop
             self.process.terminate()
             self.process.wait(timeout=30)
         self.process = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from openai.types.responses import ResponseCompletedEvent
 
 from tests.builders import SALES_TOOL, audit_records, sales_call, sales_output
 from tests.fixture_types import Clients, ProxyFactory
+from tests.server.checks import metric, scrape
 from tests.servers.recording import Received, RecordingUpstream
 from tests.servers.redis_server import RedisServer
 
@@ -328,29 +330,44 @@ async def test_fail_open_does_not_waive_provenance(
     assert recording_upstream.received == []
 
 
-async def test_redis_down_fails_closed_promptly_and_recovers(
+async def test_redis_down_is_a_503_the_sdk_retries_and_then_recovers(
     scripted_upstream: str,
     start_proxy: ProxyFactory,
     client_for: Clients,
     redis_server: RedisServer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A follow-up while Redis is down is the proxy's fault: 503 `ledger_unavailable`, which
+    the official SDK retries (each try reaches the proxy), never a 400 `orphan`."""
     ledger = {"backend": "redis", "url": redis_server.url, "timeout_s": 1}
     base = await start_proxy(scripted_upstream, ledger=ledger)
     client = client_for(base)
     response_id, call = await tool_turn(client, stream=False)
+    retrying = AsyncOpenAI(base_url=base + "/v1", api_key="sk-test-client", max_retries=2)
 
     redis_server.stop()
-    with pytest.raises(openai.BadRequestError) as raised:
+    with (
+        caplog.at_level(logging.WARNING, logger="replay_proxy"),
+        pytest.raises(openai.InternalServerError) as raised,
+    ):
         await create(
-            client,
+            retrying,
             stream=False,
             input=[sales_output(call["call_id"])],
             previous_response_id=response_id,
         )
-    assert raised.value.code == "replay_rejected"
-    async with aiohttp.ClientSession() as session, session.get(base + "/-/metrics") as metrics:
-        text = await metrics.text()
-    assert 'replay_proxy_ledger_faults_total{operation="read"} 1.0' in text
+    await retrying.close()
+    assert raised.value.status_code == 503
+    assert raised.value.code == "ledger_unavailable"
+    assert raised.value.type == "server_error"
+    async with aiohttp.ClientSession() as session:
+        text = await scrape(session, base)
+    # The first try and both retries reached the proxy, and each read failed.
+    labels = {"route": "responses", "outcome": "ledger_unavailable", "upstream": "default"}
+    assert metric(text, "replay_proxy_requests_total", **labels) == 3
+    assert metric(text, "replay_proxy_ledger_faults_total", operation="read") == 3
+    warned = [r for r in caplog.records if "answered 503 ledger_unavailable" in r.getMessage()]
+    assert [r.levelno for r in warned] == [logging.WARNING] * 3
 
     redis_server.start()
     response_id, call = await tool_turn(client, stream=False)
@@ -361,6 +378,27 @@ async def test_redis_down_fails_closed_promptly_and_recovers(
         previous_response_id=response_id,
     )
     assert answer.output_text == "tool said: back"
+
+
+async def test_redis_down_under_fail_open_lets_the_output_through(
+    scripted_upstream: str,
+    start_proxy: ProxyFactory,
+    client_for: Clients,
+    redis_server: RedisServer,
+) -> None:
+    ledger = {"backend": "redis", "url": redis_server.url, "timeout_s": 1, "fail_open": True}
+    client = client_for(await start_proxy(scripted_upstream, ledger=ledger))
+    response_id, call = await tool_turn(client, stream=False)
+
+    redis_server.stop()
+    answer = await create(
+        client,
+        stream=False,
+        input=[sales_output(call["call_id"], "open")],
+        previous_response_id=response_id,
+    )
+
+    assert answer.output_text == "tool said: open"
 
 
 @dataclass

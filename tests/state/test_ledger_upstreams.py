@@ -53,6 +53,40 @@ async def test_the_view_names_the_upstream_that_made_the_previous_response(
     assert (view.origin, unknown.origin) == ("openai", None)
 
 
+@pytest.mark.parametrize(
+    ("asked_on", "resolved"),
+    [
+        pytest.param("openai", True, id="its-own-upstream"),
+        pytest.param("acme", False, id="another-upstream"),
+        pytest.param(None, False, id="no-upstream-named"),
+    ],
+)
+async def test_a_reference_resolves_only_to_items_its_upstream_made(
+    ledger: Ledger, asked_on: str | None, resolved: bool
+) -> None:
+    await ledger.record("t", response("resp_1", sales_call("c"), SAID), Context(), "openai")
+    body = {"input": [{"type": "item_reference", "id": "fc_c"}, {"id": "msg_1"}]}
+
+    view = await ledger.view("t", body, provenance=False, upstream=asked_on)
+
+    assert view is not None
+    assert sorted(view.by_id) == (["fc_c", "msg_1"] if resolved else [])
+
+
+async def test_an_item_of_the_same_id_from_each_upstream_is_each_ones_own(ledger: Ledger) -> None:
+    await ledger.record("t", response("resp_1", sales_call("c")), Context(), "openai")
+    await ledger.record("t", response("resp_2", sales_call("c", "emea")), Context(), "acme")
+    body = {"input": [{"type": "item_reference", "id": "fc_c"}]}
+
+    found = {}
+    for upstream in ("openai", "acme"):
+        view = await ledger.view("t", body, provenance=False, upstream=upstream)
+        assert view is not None
+        found[upstream] = json.loads(view.by_id["fc_c"]["arguments"])["region"]
+
+    assert found == {"openai": "apac", "acme": "emea"}
+
+
 async def test_a_response_read_again_keeps_its_upstream_and_whole_items(ledger: Ledger) -> None:
     await ledger.record("t", response("resp_1"), whole(USER), "openai")
     await ledger.record("t", response("resp_1", SAID), None, None)  # GET, done by now

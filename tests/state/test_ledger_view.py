@@ -90,7 +90,7 @@ class BrokenStore(MemoryStore):
     async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
         raise LedgerFault("down")
 
-    async def lookup(self, *args: Any) -> Any:
+    async def lookup(self, *args: Any, **kwargs: Any) -> Any:
         raise LedgerFault("down")
 
 
