@@ -393,6 +393,37 @@ async def test_the_answer_is_recorded_before_its_last_chunk_is_let_go(front: Fro
     assert await front.ledger.store.size() == 1
 
 
+@pytest.mark.parametrize(
+    ("then", "expected"),
+    [
+        pytest.param("/acme/v1/responses", CONTINUE, id="same-upstream-pairs"),
+        pytest.param(
+            "/v1/responses",
+            ("answer", 400, "foreign_previous_response"),
+            id="other-upstream-refused",
+        ),
+    ],
+)
+async def test_the_ledger_records_which_upstream_made_a_response(
+    front: Front, then: str, expected: tuple[Any, ...]
+) -> None:
+    """A response made under `/acme` is recorded as upstream acme's, as `serve` records it: a
+    follow-up on another route's upstream is refused, not paired with calls it never had."""
+    first = Exchange(front)
+    await first.answer(headers_message("POST", "/acme/v1/responses"))
+    await first.answer(body_message(compact(request_body())))
+    answer = compact({"object": "response", "id": "resp_a", "output": [sales_call("call_9")]})
+    sent = {":status": "200", "content_type": "application/json"}
+    await first.answer(response_headers_message(**sent, content_length=str(len(answer))))
+    last = ext_proc.HttpBody(body=answer, end_of_stream=True)
+    await first.answer(ext_proc.ProcessingRequest(response_body=last))
+
+    follow_up = request_body(sales_output("call_9"), previous_response_id="resp_a")
+    second = Exchange(front)
+    await second.answer(headers_message("POST", then))
+    assert described(await second.answer(body_message(compact(follow_up)))) == expected
+
+
 async def test_the_calls_of_an_answer_cut_short_are_checked(front: Front, tmp_path: Path) -> None:
     """Envoy ends the stream before the answer's end (the client went away): the calls of the
     responses recorded by then are checked all the same (door 2), as `serve` checks those of
