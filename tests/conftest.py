@@ -45,21 +45,17 @@ async def recording_upstream() -> AsyncIterator[RecordingUpstream]:
 
 
 @pytest.fixture
-async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
-    """Start a proxy in front of `upstream` with config sections given as keyword arguments
-    (and `environ` standing in for the environment `upstream.api_key_env` is read from).
+async def start_routed(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
+    """Start a proxy from the config sections given as keyword arguments, in either form
+    (`upstream:`, or `upstreams:` with `routes:`), and `environ` standing in for the
+    environment `api_key_env` is read from.
 
     Returns the proxy's base URL; its audit log goes to `tmp_path / "audit.jsonl"`.
     """
     servers: list[TestServer] = []
 
-    async def start(
-        upstream: str, /, environ: dict[str, str] | None = None, **sections: Any
-    ) -> str:
-        data: dict[str, Any] = {
-            "upstream": {"url": upstream},
-            "audit": {"path": str(tmp_path / "audit.jsonl")},
-        }
+    async def start(environ: dict[str, str] | None = None, **sections: Any) -> str:
+        data: dict[str, Any] = {"audit": {"path": str(tmp_path / "audit.jsonl")}}
         for name, value in sections.items():
             data[name] = (data.get(name, {}) | value) if isinstance(value, dict) else value
         config: Config = parse_config(data).with_secrets(environ or {})
@@ -71,6 +67,23 @@ async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
     yield start
     for server in servers:
         await server.close()
+
+
+@pytest.fixture
+def start_proxy(start_routed: ProxyFactory) -> ProxyFactory:
+    """Start a proxy in front of `upstream` with config sections given as keyword arguments
+    (and `environ` standing in for the environment `upstream.api_key_env` is read from).
+
+    Returns the proxy's base URL; its audit log goes to `tmp_path / "audit.jsonl"`.
+    """
+
+    async def start(
+        upstream: str, /, environ: dict[str, str] | None = None, **sections: Any
+    ) -> str:
+        url = {"url": upstream}
+        return await start_routed(environ, upstream=url | sections.pop("upstream", {}), **sections)
+
+    return start
 
 
 @pytest.fixture

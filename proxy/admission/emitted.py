@@ -16,13 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.admission.pipeline import Forward, Request
+from proxy.admission.routing import RouteCaches
+from proxy.admission.tap import Recording
 from proxy.gate.arguments import compile_schemas
 from proxy.gate.caches import GateCaches
 from proxy.gate.emitted import Emitted, ToolSchemas, emitted_calls, iter_emitted
 from proxy.gate.policy import Policy
 from proxy.gate.schemas import LRU
 from proxy.state.audit import AuditLog, Relayed, emitted_record
-from proxy.state.ledger import Context
+from proxy.state.ledger import Context, Ledger
 from proxy.state.metrics import Metrics
 
 log = logging.getLogger("replay_proxy")
@@ -70,6 +73,29 @@ class EmittedCalls:
         return found
 
 
+def recording_of(request: Request, decided: Forward, ledger: Ledger, limit: int) -> Recording:
+    """Where the answer to a forwarded request is recorded: for its tenant, as made by its
+    route's upstream, at most `limit` bytes read; the function_calls of the responses recorded
+    wait there for door 2, under its route's policy."""
+    relayed = Relayed(
+        request.request_id,
+        request.transport,
+        request.path,
+        request.tenant,
+        request.raw,
+        decided.upstream,
+    )
+    return Recording(
+        ledger,
+        request.tenant or "-",
+        limit,
+        request.request_id,
+        decided.context,
+        decided.upstream,
+        EmittedCalls(relayed, policy=decided.policy),
+    )
+
+
 class EmittedChecks:
     """The checks of one process's door 2. A check whose schemas are all compiled is done at
     once (the answer has gone out; only this connection's next request waits, by the time a
@@ -103,6 +129,14 @@ class EmittedChecks:
         task = asyncio.create_task(self._check(relayed, judged, pending, policy, caches))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def relayed(self, calls: EmittedCalls | None, gate: Policy, caches: RouteCaches) -> None:
+        """The answer that held `calls` has been relayed (or cut short: the calls the client
+        got count): check them under the policy of the route the request took (`gate`, the
+        config's, when it took none of its own)."""
+        if calls is not None and calls.found:
+            policy = calls.policy or gate
+            self.start(calls, policy, caches.of(policy))
 
     async def wait(self) -> None:
         """Until every check started so far is done."""

@@ -1,7 +1,7 @@
 """Routes: which upstream a request goes to, under which path, with which policy; pure.
 
-Every front calls the same two functions: `mount` with the request's normalised path, before the
-body is read (a path under a route's `path_prefix` is read, gated and forwarded without it), and
+Every front calls the same two functions: `mounted` with the request's target, before the body
+is read (a path under a route's `path_prefix` is read, gated and forwarded without it), and
 `select` with what the request says (its path, headers and, once read, its body). The first
 route whose matchers all match wins.
 """
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from proxy.admission import targets
 from proxy.config import Config, Route
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
@@ -62,6 +63,15 @@ def mount(routes: Sequence[Route], path: str) -> tuple[str, str]:
         if folded == folded_prefix or folded.startswith(folded_prefix + "/"):
             return path[: len(prefix)], path[len(prefix) :] or "/"
     return "", path
+
+
+def mounted(routes: Sequence[Route], target: targets.Target) -> targets.Target:
+    """The request `target` stands for under the `path_prefix` of the first route its path is
+    under: the rest of the path read again as a target, to be gated and forwarded without the
+    prefix; `target` itself when it is under none. TargetError when the rest does not read as
+    one target (the path as received is what routes still match: `target.path`)."""
+    prefix, rest = mount(routes, target.path)
+    return targets.read_target(rest + target.query) if prefix else target
 
 
 def select(

@@ -2,8 +2,9 @@
 (request headers, the buffered body, the answer's headers and its streamed body), each answered
 with the ProcessingResponse that the one admission pipeline decides.
 
-The decisions are `serve`'s, from the same code: the target is read by `targets`, the body by
-`pipeline.admit`, the answer recorded by the tap. Only the translation is here.
+The decisions are `serve`'s, from the same code: the target is read by `targets` (under a route's
+`path_prefix` by `routing.mounted`), the body by `pipeline.admit`, the answer recorded by the tap,
+its function_calls checked by door 2. Only the translation is here.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from envoy.type.v3 import http_status_pb2
 
 from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
+from proxy.admission.emitted import EmittedChecks, recording_of
 from proxy.admission.ids import new_request_id
 from proxy.admission.routing import RouteCaches
 from proxy.admission.tap import Recording, ResponseTap
@@ -56,13 +58,15 @@ _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 @dataclass(frozen=True)
 class Front:
     """What every exchange of one processor shares, as `serve`'s app holds it: the config, the
-    ledger, the audit log, the metrics, and the gate's caches for each route's policy."""
+    ledger, the audit log, the metrics, the gate's caches for each route's policy, and door 2's
+    checks."""
 
     config: Config
     ledger: Ledger
     audit_log: AuditLog
     metrics: Metrics
     caches: RouteCaches
+    emitted: EmittedChecks
 
 
 class Exchange:
@@ -73,6 +77,7 @@ class Exchange:
         self.request_id = new_request_id()
         self.started = time.perf_counter()
         self.headers: dict[str, list[str]] = {}
+        self.received = ""  # the normalised path as received, a route's prefix and all
         self.gated: str | None = None  # the canonical gated path, once the body is to be gated
         self.tenant: str | None = None
         self.recording: Recording | None = None
@@ -118,19 +123,26 @@ class Exchange:
         self.headers = headers = header_values(message.headers.headers)
         metrics = self.front.metrics
         raw_target = _one(headers, ":path")
+        config = self.front.config
         try:
-            target = targets.read_target(raw_target)
+            read = targets.read_target(raw_target)
+            self.received = read.path
+            # Under a route's prefix, the rest is the request: read, gated and forwarded as such.
+            target = routing.mounted(config.routing, read)
         except targets.TargetError as exc:
             metrics.count("any", "invalid_target", "-")
             raise ProxyError(400, "invalid_request_target", str(exc)) from None
         method = _one(headers, ":method").upper()
-        config = self.front.config
         gated = target.gated
         reads = method == "GET" and targets.reads_response(target.path)
         has_body = not message.end_of_stream
         if gated is None and not reads:
-            # `/-/` too: it is `serve`'s own namespace, and behind Envoy there is none.
-            return _headers_response(mode=_NOTHING_MORE)
+            # `/-/` too: it is `serve`'s own namespace, and behind Envoy there is none. Under a
+            # route's prefix, it goes upstream without it, as `serve` sends it.
+            unmounted = None
+            if target is not read:
+                unmounted = ext_proc.HeaderMutation(set_headers=[_header(":path", target.forward)])
+            return _headers_response(unmounted, mode=_NOTHING_MORE)
         self.named = True
         self.tenant = self._tenant()
         if gated is not None and _one(headers, "upgrade").lower() == "websocket":
@@ -166,13 +178,24 @@ class Exchange:
         if not reads:
             # A bodyless request on a gated path (a GET of the list) goes on as it came.
             return _headers_response(mutation, mode=_NOTHING_MORE)
-        # A response read again is recorded like the answer that created it.
+        # A response read again is recorded like the answer that created it, as made by the
+        # upstream of the route it takes.
+        try:
+            routed = routing.select(config.routing, self.received, self._route_headers(), None)
+        except ProxyError:
+            metrics.count("any", "invalid", "-")
+            raise
         limit = config.limits.max_body_bytes
         self.recording = Recording(
-            self.front.ledger, self.tenant or "-", limit, self.request_id, None
+            self.front.ledger, self.tenant or "-", limit, self.request_id, None, routed.upstream
         )
         _readable_encodings(headers, mutation)
         return _headers_response(mutation)
+
+    def _route_headers(self) -> dict[str, str]:
+        """The headers routes match on, as the HTTP front gives them."""
+        headers = self.headers
+        return routing.route_headers(self.front.config.routing, lambda n: headers.get(n, ()))
 
     def _tenant(self) -> str | None:
         credential = _one(self.headers, "authorization") or _one(self.headers, "api-key")
@@ -224,20 +247,22 @@ class Exchange:
             front.metrics.count(targets.GATED[gated], "invalid", "-")
             raise _too_large(limit)
         headers = self.headers
+        admitted = pipeline.Request(
+            raw,
+            gated,
+            "extproc",
+            self.request_id,
+            self.tenant,
+            ", ".join(headers.get("content-type", ())),
+            ", ".join(headers.get("content-encoding", ())),
+            self.started,
+            # What routes match: the route's gate settings and its upstream's name apply behind
+            # Envoy too (Envoy's route sends the request to that upstream's cluster).
+            self.received,
+            self._route_headers(),
+        )
         decided = await pipeline.admit(
-            pipeline.Request(
-                raw,
-                gated,
-                "extproc",
-                self.request_id,
-                self.tenant,
-                ", ".join(headers.get("content-type", ())),
-                ", ".join(headers.get("content-encoding", ())),
-                self.started,
-                # The headers routes match on, as the HTTP front gives them: a route's gate
-                # settings apply behind Envoy too (which upstream it takes is Envoy's).
-                headers=routing.route_headers(config.routing, lambda name: headers.get(name, ())),
-            ),
+            admitted,
             config,
             ledger=front.ledger,
             audit_log=front.audit_log,
@@ -249,9 +274,7 @@ class Exchange:
         front.metrics.count(targets.GATED[gated], decided.outcome, decided.upstream)
         self.added = decided.add_headers
         if decided.record:
-            self.recording = Recording(
-                front.ledger, self.tenant or "-", limit, self.request_id, decided.context
-            )
+            self.recording = recording_of(admitted, decided, front.ledger, limit)
         dropped = [name for name in decided.drop_headers if name in headers]
         if decided.data == raw and not dropped:
             return ext_proc.ProcessingResponse(request_body=ext_proc.BodyResponse())
@@ -318,7 +341,15 @@ class Exchange:
             await tap.feed(bytes(message.body))
             if message.end_of_stream:
                 await tap.finish()
+                self.close()
         return ext_proc.ProcessingResponse(response_body=ext_proc.BodyResponse())
+
+    def close(self) -> None:
+        """The answer has been relayed, or its stream cut short (the calls the client got
+        count): door 2 checks the calls of the responses recorded, as `serve` does."""
+        if self.recording is not None:
+            front = self.front
+            front.emitted.relayed(self.recording.emitted, front.config.gate, front.caches)
 
     def _immediate(self, decided: pipeline.Answer) -> Any:
         """The answer `serve` gives, given by Envoy: nothing goes upstream."""

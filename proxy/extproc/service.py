@@ -9,14 +9,12 @@ from typing import Any
 
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
+from proxy.admission.emitted import EmittedChecks
 from proxy.admission.routing import RouteCaches
+from proxy.admission.services import open_audit_log, open_ledger
 from proxy.config import Config
 from proxy.extproc.exchange import Exchange, Front
-from proxy.settings import ConfigError
-from proxy.state.audit import AuditLog
-from proxy.state.ledger import Ledger
 from proxy.state.metrics import Metrics
-from proxy.state.stores import open_store
 
 log = logging.getLogger("replay_proxy")
 
@@ -32,37 +30,31 @@ class Processor(ext_proc_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         self, request_iterator: AsyncIterable[Any], context: Any
     ) -> AsyncIterator[Any]:
         exchange = Exchange(self.front)
-        async for message in request_iterator:
-            yield await exchange.answer(message)
+        try:
+            async for message in request_iterator:
+                yield await exchange.answer(message)
+        finally:
+            exchange.close()
 
 
 @contextlib.asynccontextmanager
-async def open_front(config: Config) -> AsyncIterator[Front]:
-    """The ledger, audit log, metrics and gate caches of one processor, as `serve` opens its
-    own (the same settings), closed when the processor stops."""
-    settings = config.audit
-    try:
-        audit_log = AuditLog(
-            settings.path,
-            include_arguments=settings.include_arguments,
-            max_bytes=settings.max_bytes,
-        )
-    except OSError as exc:
-        raise ConfigError(
-            f"audit.path: cannot append to {settings.path!r}: {exc.strerror}"
-        ) from None
-    metrics = Metrics()
-    store = open_store(config.ledger)
-    ledger = Ledger(
-        store,
-        max_chain=config.ledger.max_chain,
-        fail_open=config.ledger.fail_open,
-        on_fault=lambda operation: metrics.ledger_faults.labels(operation).inc(),
+async def open_front(config: Config, metrics_dir: str | None = None) -> AsyncIterator[Front]:
+    """The ledger, audit log, metrics, door 2's checks and gate caches of one processor, as
+    `serve` opens its own (the same settings and functions), closed when the processor stops.
+    `metrics_dir` is a multiprocess directory its counters are written to (see `Metrics`)."""
+    audit_log = open_audit_log(config.audit)
+    metrics = Metrics(
+        body_timeout_s=config.limits.body_timeout_s,
+        shared_ledger=config.ledger.backend == "redis",
+        multiprocess_dir=metrics_dir,
     )
+    ledger = open_ledger(config.ledger, metrics)
+    emitted = EmittedChecks(audit_log, metrics)
     try:
-        yield Front(config, ledger, audit_log, metrics, RouteCaches(config))
+        yield Front(config, ledger, audit_log, metrics, RouteCaches(config), emitted)
     finally:
-        await store.close()
+        await emitted.close()
+        await ledger.store.close()
         audit_log.close()
 
 

@@ -205,7 +205,7 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
     # Imported here so that `check` never loads the HTTP stack.
     from proxy.running.logs import configure_logging
     from proxy.running.serving import serve
-    from proxy.running.workers import MULTIPROC_ENV, free_port, supervise
+    from proxy.running.workers import free_port, supervise
 
     if args.workers > 1 and config.ledger.backend == "memory":
         say([f"--workers {args.workers}: {_PER_PROCESS_LEDGER}"])
@@ -226,17 +226,12 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
             worker_args += ["--upstream", args.upstream]
         return supervise(worker_args, args.workers)
     try:
-        # Set by the supervisor of `--workers N` (or the operator's own): where the workers'
-        # metrics meet, so that a scrape of any of them reads the whole service.
-        metrics_dir = os.environ.get(MULTIPROC_ENV)
-        if metrics_dir is not None and not os.path.isdir(metrics_dir):
-            raise ConfigError(f"{MULTIPROC_ENV}: {metrics_dir!r} is not a directory")
         served = serve(
             config,
             reuse_port=args.reuse_port,
             reload=lambda: serve_config(args),
             worker=_worker_of(args),
-            metrics_dir=metrics_dir,
+            metrics_dir=metrics_dir(),
             workers=args.workers,
         )
         asyncio.run(served)
@@ -250,6 +245,18 @@ def run_serve(config: Config, args: argparse.Namespace) -> int:
         _failed(args, f"cannot serve: {exc}")
         return 1
     return 0
+
+
+def metrics_dir() -> str | None:
+    """The multiprocess directory of the environment, if any: set by the supervisor of
+    `--workers N` (or the operator's own), where every process's metrics meet, so that a scrape
+    of any of them reads the whole service. ConfigError when it is not a directory."""
+    from proxy.running.workers import MULTIPROC_ENV
+
+    found = os.environ.get(MULTIPROC_ENV)
+    if found is not None and not os.path.isdir(found):
+        raise ConfigError(f"{MULTIPROC_ENV}: {found!r} is not a directory")
+    return found
 
 
 def _worker_of(args: argparse.Namespace) -> WorkerSlot | None:
@@ -283,7 +290,8 @@ def run_extproc(args: argparse.Namespace) -> int:
     try:
         config = check_config(args)
         configure_logging(args.log_level, args.log_format or config.log.format)
-        asyncio.run(serve_extproc(config, args.listen or config.extproc.listen))
+        listen = args.listen or config.extproc.listen
+        asyncio.run(serve_extproc(config, listen, metrics_dir()))
     except ConfigError as exc:
         if args.listen is None:
             say(exc.problems)

@@ -4,6 +4,7 @@ filter, until SIGTERM or SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 
@@ -27,12 +28,13 @@ def ignored_sections(config: Config) -> list[str]:
     return ignored
 
 
-async def serve_extproc(config: Config, listen: str) -> None:
+async def serve_extproc(config: Config, listen: str, metrics_dir: str | None = None) -> None:
     """Serve Envoy's streams on `listen` (`HOST:PORT` or `unix:PATH`) until SIGTERM or SIGINT,
-    then let the streams in flight finish within `listen.shutdown_grace_s`."""
+    then let the streams in flight finish within `listen.shutdown_grace_s`. The counters go to
+    `metrics_dir` (a multiprocess directory) when one is given."""
     for warning in ignored_sections(config):
         log.warning("%s", warning)
-    async with open_front(config) as front:
+    async with open_front(config, metrics_dir) as front:
         # Without SO_REUSEPORT (gRPC's default is to set it): a port in use is an error, not
         # a port silently shared with another process.
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -50,9 +52,16 @@ async def serve_extproc(config: Config, listen: str) -> None:
         # Said once SIGTERM stops it cleanly: whoever waits for this line may stop it at once.
         shown = listen if listen.startswith("unix:") else f"{listen.rpartition(':')[0]}:{port}"
         log.info("ext_proc listening on %s", shown)
+        # In multiprocess mode, this process's figures are written where a scrape reads them.
+        process = front.metrics.process
+        refreshed = None if process is None else asyncio.create_task(process.keep_refreshed())
         try:
             await stop.wait()
         finally:
             log.info("stopping: %g s for the streams in flight", config.listen.shutdown_grace_s)
             await server.stop(config.listen.shutdown_grace_s)
+            if refreshed is not None:
+                refreshed.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await refreshed
     log.info("stopped")

@@ -15,8 +15,9 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
 from proxy.admission import body, pipeline, routing, targets
-from proxy.admission.emitted import EmittedCalls, EmittedChecks
+from proxy.admission.emitted import EmittedChecks, recording_of
 from proxy.admission.ids import new_request_id
+from proxy.admission.services import open_audit_log, open_ledger
 from proxy.admission.tap import Recording
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
@@ -39,12 +40,8 @@ from proxy.server.readiness import Readiness
 from proxy.server.tracing import TRACING, Tracing
 from proxy.server.upstream import Upstream, UpstreamError, not_utf8, upstream_failure
 from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
-from proxy.settings import ConfigError
-from proxy.state.audit import AuditLog, Relayed
-from proxy.state.ledger import Ledger, LedgerFault, Store
+from proxy.state.ledger import LedgerFault
 from proxy.state.metrics import CONTENT_TYPE, Metrics
-from proxy.state.stores import MemoryStore, open_store
-from proxy.state.worker_process import REFRESH_S
 from proxy.state.workers import WorkerSlot
 
 log = logging.getLogger("replay_proxy")
@@ -227,21 +224,13 @@ async def _watch_workers_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings = app[IN_FORCE].current.config.audit
     worker = app.get(WORKER)
-    try:
-        app[AUDIT] = AuditLog(
-            settings.path,
-            include_arguments=settings.include_arguments,
-            max_bytes=settings.max_bytes,
-            # Several workers on stdout: a chain each, named, and written whole.
-            chain=None if worker is None else worker.chain,
-            lock_path=None if worker is None else worker.stdout_lock,
-        )
-    except OSError as exc:
-        raise ConfigError(
-            f"audit.path: cannot append to {settings.path!r}: {exc.strerror}"
-        ) from None
+    app[AUDIT] = open_audit_log(
+        app[IN_FORCE].current.config.audit,
+        # Several workers on stdout: a chain each, named, and written whole.
+        chain=None if worker is None else worker.chain,
+        lock_path=None if worker is None else worker.stdout_lock,
+    )
     yield
     app[AUDIT].close()
 
@@ -253,18 +242,9 @@ async def _emitted_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _ledger_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings = app[IN_FORCE].current.config.ledger
-    metrics = app[METRICS]
-    store = open_store(settings)
-    app[LEDGER] = Ledger(
-        store,
-        max_chain=settings.max_chain,
-        fail_open=settings.fail_open,
-        on_fault=lambda operation: metrics.ledger_faults.labels(operation).inc(),
-        on_write=lambda: _recorded(metrics, store),
-    )
+    ledger = app[LEDGER] = open_ledger(app[IN_FORCE].current.config.ledger, app[METRICS])
     yield
-    await store.close()
+    await ledger.store.close()
 
 
 async def _worker_process_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -272,25 +252,11 @@ async def _worker_process_ctx(app: web.Application) -> AsyncIterator[None]:
     land on the other workers."""
     process = app[METRICS].process
     assert process is not None
-
-    async def refresh() -> None:
-        while True:
-            process.refresh()
-            await asyncio.sleep(REFRESH_S)
-
-    task = asyncio.create_task(refresh())
+    task = asyncio.create_task(process.keep_refreshed())
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-def _recorded(metrics: Metrics, store: Store) -> None:
-    metrics.ledger_writes.inc()
-    if isinstance(store, MemoryStore):
-        # Each worker's own: the service's gauge adds up every worker's latest size, which
-        # only this worker can set, so it does at each write (a shared store's at a scrape).
-        metrics.ledger_responses.set(len(store))
 
 
 async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -353,20 +319,16 @@ def _own(request: web.Request, target: targets.Target) -> ProxyError:
 
 async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
     target = request[TARGET]
-    if target.own:
-        raise _own(request, target)
     routes = current.config.routing
     received = target.path
-    prefix, rest = routing.mount(routes, received)
-    if prefix:
+    try:
         # Under a route's prefix, the rest is the request: read, gated and forwarded as such.
-        try:
-            target = targets.read_target(rest + target.query)
-        except targets.TargetError as exc:
-            request.app[METRICS].count("any", "invalid_target", "-")
-            raise ProxyError(400, "invalid_request_target", str(exc)) from None
-        if target.own:
-            raise _own(request, target)
+        target = routing.mounted(routes, target)
+    except targets.TargetError as exc:
+        request.app[METRICS].count("any", "invalid_target", "-")
+        raise ProxyError(400, "invalid_request_target", str(exc)) from None
+    if target.own:
+        raise _own(request, target)
     try:
         tenant = tenant_of(request.headers, current.config)
     except ProxyError:
@@ -497,19 +459,20 @@ async def gate(
     request_id = request[REQUEST_ID]
     access = request[ACCESS]
     access.body_bytes = len(raw)
+    admitted = pipeline.Request(
+        raw,
+        path,
+        "http",
+        request_id,
+        tenant,
+        content_type,
+        ", ".join(headers.getall("Content-Encoding", ())),
+        arrived,
+        received,
+        matched or {},
+    )
     decided = await pipeline.admit(
-        pipeline.Request(
-            raw,
-            path,
-            "http",
-            request_id,
-            tenant,
-            content_type,
-            ", ".join(headers.getall("Content-Encoding", ())),
-            arrived,
-            received,
-            matched or {},
-        ),
+        admitted,
         config,
         ledger=app[LEDGER],
         audit_log=app[AUDIT],
@@ -523,15 +486,10 @@ async def gate(
         access.failed(decided.body["error"]["code"])
         return answer(decided)
     recording = None
-    emitted = None
     upstream = current.upstreams[decided.upstream]
     sent = upstream_headers(headers, config, decided.drop_headers, upstream.settings)
     if decided.record:
-        limit = config.limits.max_body_bytes
-        emitted = EmittedCalls(Relayed(request_id, "http", path, tenant, raw, upstream.name))
-        recording = Recording(
-            app[LEDGER], tenant or "-", limit, request_id, decided.context, upstream.name, emitted
-        )
+        recording = recording_of(admitted, decided, app[LEDGER], config.limits.max_body_bytes)
         _readable_encodings(sent)
     try:
         return await relay(
@@ -546,11 +504,8 @@ async def gate(
             recording,
         )
     finally:
-        # Door 2, once the answer is relayed (or cut short: the calls the client got count),
-        # under the policy of the route the request took.
-        if emitted is not None:
-            policy = decided.policy or config.gate
-            app[EMITTED].start(emitted, policy, current.caches.of(policy))
+        if recording is not None:
+            app[EMITTED].relayed(recording.emitted, config.gate, current.caches)
 
 
 async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:

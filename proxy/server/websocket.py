@@ -435,10 +435,8 @@ async def _upstream_frames(
 
 
 def _check_emitted(app: web.Application, tap: ResponseTap) -> None:
-    if tap.emitted is not None and tap.emitted.found:
-        in_force = app[IN_FORCE].current
-        policy = tap.emitted.policy or in_force.config.gate
-        app[EMITTED].start(tap.emitted, policy, in_force.caches.of(policy))
+    in_force = app[IN_FORCE].current
+    app[EMITTED].relayed(tap.emitted, in_force.config.gate, in_force.caches)
 
 
 def _error_event(answer: pipeline.Answer) -> str:

@@ -4,6 +4,7 @@ any worker reads the whole service's CPU time, memory, descriptors and garbage c
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 
@@ -66,6 +67,12 @@ class WorkerProcess:
             ["generation"],
             registry=registry,
         )
+
+    async def keep_refreshed(self) -> None:
+        """Write this process's figures now and every REFRESH_S seconds, until cancelled."""
+        while True:
+            self.refresh()
+            await asyncio.sleep(REFRESH_S)
 
     def refresh(self) -> None:
         """Write this process's figures now."""

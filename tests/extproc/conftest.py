@@ -24,6 +24,22 @@ SECTIONS: dict[str, Any] = {
     },
     "limits": {"max_body_bytes": MiB},
 }
+# The processor never sends a request upstream (Envoy does): its upstreams' URLs are not used.
+NOWHERE = "http://127.0.0.1:9"
+
+
+def routed(url: str) -> dict[str, Any]:
+    """SECTIONS in the form with routes, every upstream at `url`: the route under `/acme` to
+    upstream `acme` that deploy/envoy/envoy.yaml shows, one under `/team` that it has no route
+    of its own for, and the default route."""
+    return SECTIONS | {
+        "upstreams": {"default": {"url": url}, "acme": {"url": url}},
+        "routes": [
+            {"path_prefix": "/acme", "upstream": "acme"},
+            {"path_prefix": "/team", "upstream": "default"},
+            {"upstream": "default"},
+        ],
+    }
 
 
 @dataclass
@@ -43,9 +59,10 @@ def write_config(path: Path, audit: Path, sections: dict[str, Any]) -> Path:
 
 @pytest.fixture(scope="session")
 def house_processor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Extproc]:
-    """One `replay-proxy extproc` under SECTIONS for every test that does not stop it."""
+    """One `replay-proxy extproc` under SECTIONS, with routes, for every test that does not
+    stop it."""
     directory = tmp_path_factory.mktemp("extproc")
-    config = write_config(directory / "config.yaml", directory / "audit.jsonl", SECTIONS)
+    config = write_config(directory / "config.yaml", directory / "audit.jsonl", routed(NOWHERE))
     processor = Extproc(directory, config, directory / "audit.jsonl")
     processor.start()
     yield processor

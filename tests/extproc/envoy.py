@@ -3,6 +3,7 @@ free loopback ports, started from deploy/envoy/envoy.yaml as it is, ports substi
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -14,8 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
-from proxy.running.workers import free_port
+from proxy.running.workers import MULTIPROC_ENV, free_port
 
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "deploy" / "envoy" / "envoy.yaml"
 _START_S = 30.0
@@ -24,20 +27,21 @@ _START_S = 30.0
 def bootstrap(
     *, listen: int, admin: int, upstream: tuple[str, int], processor: int, buffer_limit: int
 ) -> dict[str, Any]:
-    """deploy/envoy/envoy.yaml with these ports (and the buffer limit sized for the processor's
-    limits.max_body_bytes), everything else as written."""
+    """deploy/envoy/envoy.yaml with these ports (every upstream cluster at `upstream`, and
+    its buffer limit sized for the processor's limits.max_body_bytes), everything else as
+    written."""
     config: dict[str, Any] = yaml.safe_load(BOOTSTRAP.read_text(encoding="utf-8"))
     config["admin"]["address"]["socket_address"]["port_value"] = admin
     (listener,) = config["static_resources"]["listeners"]
     listener["address"]["socket_address"]["port_value"] = listen
     listener["per_connection_buffer_limit_bytes"] = buffer_limit
-    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
-    clusters["open_responses"]["per_connection_buffer_limit_bytes"] = buffer_limit
-    for name, (host, port) in (
-        ("open_responses", upstream),
-        ("replay_proxy_extproc", ("127.0.0.1", processor)),
-    ):
-        (endpoint,) = clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    for cluster in config["static_resources"]["clusters"]:
+        host, port = upstream
+        if cluster["name"] == "replay_proxy_extproc":
+            host, port = "127.0.0.1", processor
+        else:
+            cluster["per_connection_buffer_limit_bytes"] = buffer_limit
+        (endpoint,) = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
         endpoint["endpoint"]["address"]["socket_address"].update(address=host, port_value=port)
     return config
 
@@ -94,17 +98,21 @@ class Envoy:
 
 
 class Extproc:
-    """`replay-proxy extproc --config FILE --listen 127.0.0.1:PORT`, as a process of its own."""
+    """`replay-proxy extproc --config FILE --listen 127.0.0.1:PORT`, as a process of its own,
+    its counters written to a multiprocess directory of its own (`scrape` reads them)."""
 
     def __init__(self, directory: Path, config: Path, audit: Path) -> None:
         self.port = free_port("127.0.0.1")
         self.config = config
         self.audit = audit
         self.log = directory / f"extproc-{self.port}.log"
+        self.metrics_dir = directory / f"extproc-{self.port}-metrics"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         exe = Path(sys.executable).parent / "replay-proxy"
+        self.metrics_dir.mkdir()
+        environ = os.environ | {MULTIPROC_ENV: str(self.metrics_dir)}
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 [
@@ -117,12 +125,19 @@ class Extproc:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=environ,
             )
         wait_for(lambda: _accepts(self.port), self.process, "replay-proxy extproc", self.log)
 
     def stop(self) -> None:
         stop(self.process)
         self.process = None
+
+    def scrape(self) -> str:
+        """The processor's metrics in Prometheus text, as a scrape of its directory reads them."""
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(self.metrics_dir))  # type: ignore[no-untyped-call]
+        return generate_latest(registry).decode()
 
 
 def wait_for(ready: Any, process: subprocess.Popen[bytes], name: str, log: Path) -> None:

@@ -20,7 +20,14 @@ from proxy.extproc import exchange as exchange_module
 from proxy.extproc.exchange import Exchange, Front
 from proxy.extproc.service import open_front
 from proxy.running.config_file import parse_config
-from tests.builders import clean_body, failing_body, request_body, sales_call, sales_output
+from tests.builders import (
+    clean_body,
+    failing_body,
+    request_body,
+    sales_call,
+    sales_output,
+)
+from tests.extproc.conftest import NOWHERE
 
 LIMIT = 1024 * 1024
 KEY_SHA256 = "a" * 64  # no key hashes to it
@@ -33,6 +40,8 @@ async def front(tmp_path: Path) -> AsyncIterator[Front]:
             "audit": {"path": str(tmp_path / "audit.jsonl")},
             "limits": {"max_body_bytes": LIMIT},
             "gate": {"actions": {"status": "strip"}},
+            "upstreams": {"default": {"url": NOWHERE}, "acme": {"url": NOWHERE}},
+            "routes": [{"path_prefix": "/acme", "upstream": "acme"}, {"upstream": "default"}],
         }
     )
     async with open_front(config) as opened:
@@ -157,6 +166,40 @@ HEADERS = [
     pytest.param("GET", "/-/healthy", {}, True, NOTHING_MORE, id="serve-own-path"),
     pytest.param("GET", "/%2D/x", {}, True, NOTHING_MORE, id="serve-own-path-escaped"),
     pytest.param("GET", "/v1/responses/resp_1", {}, True, CONTINUE, id="read-is-recorded"),
+    # Under a route's `path_prefix`: read, gated and forwarded without it, as `serve` does.
+    pytest.param(
+        "POST",
+        "/acme/v1/responses",
+        {},
+        False,
+        ("continue", {":path": "/v1/responses"}, [], None, None),
+        id="prefixed-gated-goes-up-without-it",
+    ),
+    pytest.param(
+        "POST",
+        "/Acme/v1/responses/compact?x=1",
+        {},
+        False,
+        ("continue", {":path": "/v1/responses/compact?x=1"}, [], None, None),
+        id="prefixed-any-case-with-query",
+    ),
+    pytest.param(
+        "GET",
+        "/acme/v1/models",
+        {},
+        True,
+        ("continue", {":path": "/v1/models"}, [], None, "nothing"),
+        id="prefixed-ungated-goes-up-without-it",
+    ),
+    pytest.param(
+        "GET",
+        "/acme/v1/responses/resp_1",
+        {},
+        True,
+        ("continue", {":path": "/v1/responses/resp_1"}, [], None, None),
+        id="prefixed-read-is-recorded",
+    ),
+    pytest.param("GET", "/acmex/v1/responses", {}, True, NOTHING_MORE, id="not-under-the-prefix"),
     pytest.param(
         "POST",
         "/v1/responses",
@@ -348,6 +391,67 @@ async def test_the_answer_is_recorded_before_its_last_chunk_is_let_go(front: Fro
     let_go = await exchange.answer(last)
     assert let_go.WhichOneof("response") == "response_body"
     assert await front.ledger.store.size() == 1
+
+
+@pytest.mark.parametrize(
+    ("then", "expected"),
+    [
+        pytest.param("/acme/v1/responses", CONTINUE, id="same-upstream-pairs"),
+        pytest.param(
+            "/v1/responses",
+            ("answer", 400, "foreign_previous_response"),
+            id="other-upstream-refused",
+        ),
+    ],
+)
+async def test_the_ledger_records_which_upstream_made_a_response(
+    front: Front, then: str, expected: tuple[Any, ...]
+) -> None:
+    """A response made under `/acme` is recorded as upstream acme's, as `serve` records it: a
+    follow-up on another route's upstream is refused, not paired with calls it never had."""
+    first = Exchange(front)
+    await first.answer(headers_message("POST", "/acme/v1/responses"))
+    await first.answer(body_message(compact(request_body())))
+    answer = compact({"object": "response", "id": "resp_a", "output": [sales_call("call_9")]})
+    sent = {":status": "200", "content_type": "application/json"}
+    await first.answer(response_headers_message(**sent, content_length=str(len(answer))))
+    last = ext_proc.HttpBody(body=answer, end_of_stream=True)
+    await first.answer(ext_proc.ProcessingRequest(response_body=last))
+
+    follow_up = request_body(sales_output("call_9"), previous_response_id="resp_a")
+    second = Exchange(front)
+    await second.answer(headers_message("POST", then))
+    assert described(await second.answer(body_message(compact(follow_up)))) == expected
+
+
+async def test_the_calls_of_an_answer_cut_short_are_checked(front: Front, tmp_path: Path) -> None:
+    """Envoy ends the stream before the answer's end (the client went away): the calls of the
+    responses recorded by then are checked all the same (door 2), as `serve` checks those of
+    an answer cut short, under the route the request took."""
+    exchange = Exchange(front)
+    await exchange.answer(headers_message("POST", "/acme/v1/responses"))
+    await exchange.answer(body_message(compact(clean_body(stream=True))))
+    sse = {":status": "200", "content_type": "text/event-stream"}
+    await exchange.answer(response_headers_message(**sse))
+    response = {"object": "response", "id": "resp_cut", "output": [sales_call("call_9", "mars")]}
+    completed = compact({"type": "response.completed", "response": response})
+    chunk = ext_proc.HttpBody(body=b"event: response.completed\ndata: " + completed + b"\n\n")
+    await exchange.answer(ext_proc.ProcessingRequest(response_body=chunk))
+    assert await front.ledger.store.size() == 1  # recorded; the answer is not over yet
+
+    exchange.close()
+    await front.emitted.wait()
+    labels = {"tool": "get_latest_sales_report", "verdict": "arguments_schema"}
+    counted = front.metrics.registry.get_sample_value("replay_proxy_emitted_calls_total", labels)
+    assert counted == 1
+    [record] = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert (record["event"], record["transport"], record["upstream"], record["path"]) == (
+        "emitted_call_rejected",
+        "extproc",
+        "acme",
+        "/v1/responses",
+    )
+    assert record["request_id"] == exchange.request_id
 
 
 class Bug(Exception):

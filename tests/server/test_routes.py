@@ -9,19 +9,17 @@ import json
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
-from aiohttp.test_utils import TestServer
 from openai.types.responses import Response, ResponseCompletedEvent
 
 from proxy.config import Config
 from proxy.running.config_file import parse_config
-from proxy.server.app import make_app
 from proxy.server.in_force import InForceHolder
 from tests.builders import SALES_SCHEMA, SALES_TOOL, audit_records, sales_output
 from tests.fixture_types import Clients
@@ -39,23 +37,6 @@ def second_agent() -> Iterator[str]:
     """Another scripted agent on a port of its own: the second provider."""
     with serve_in_thread() as url:
         yield url.removesuffix("/v1")
-
-
-@pytest.fixture
-async def start_routed(tmp_path: Path) -> AsyncIterator[Any]:
-    """Start a proxy from a config in the `upstreams:` form; returns its base URL."""
-    servers: list[TestServer] = []
-
-    async def start(**sections: Any) -> str:
-        data = {"audit": {"path": str(tmp_path / "audit.jsonl")}, **sections}
-        server = TestServer(make_app(parse_config(data).with_secrets({})), host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
-
-    yield start
-    for server in servers:
-        await server.close()
 
 
 def two_providers(

@@ -1,0 +1,49 @@
+"""The services every front opens once and passes down, opened the same way by each: the audit
+log and the ledger, whose faults and writes are counted."""
+
+from __future__ import annotations
+
+from proxy import settings
+from proxy.settings import ConfigError
+from proxy.state.audit import AuditLog
+from proxy.state.ledger import Ledger, Store
+from proxy.state.metrics import Metrics
+from proxy.state.stores import MemoryStore, open_store
+
+
+def open_audit_log(
+    audit: settings.Audit, *, chain: str | None = None, lock_path: str | None = None
+) -> AuditLog:
+    """The audit log of `audit` (`chain` and `lock_path`: a worker's, on a shared stdout);
+    ConfigError naming `audit.path` when it cannot be appended to."""
+    try:
+        return AuditLog(
+            audit.path,
+            include_arguments=audit.include_arguments,
+            max_bytes=audit.max_bytes,
+            chain=chain,
+            lock_path=lock_path,
+        )
+    except OSError as exc:
+        raise ConfigError(f"audit.path: cannot append to {audit.path!r}: {exc.strerror}") from None
+
+
+def open_ledger(ledger: settings.Ledger, metrics: Metrics) -> Ledger:
+    """The ledger of `ledger` on a store of its own (the caller closes `.store`), each fault
+    and each response recorded counted in `metrics`."""
+    store = open_store(ledger)
+    return Ledger(
+        store,
+        max_chain=ledger.max_chain,
+        fail_open=ledger.fail_open,
+        on_fault=lambda operation: metrics.ledger_faults.labels(operation).inc(),
+        on_write=lambda: _recorded(metrics, store),
+    )
+
+
+def _recorded(metrics: Metrics, store: Store) -> None:
+    metrics.ledger_writes.inc()
+    if isinstance(store, MemoryStore):
+        # Each process's own: the service's gauge adds up every process's latest size, which
+        # only this process can set, so it does at each write (a shared store's at a scrape).
+        metrics.ledger_responses.set(len(store))
