@@ -11,7 +11,7 @@ from typing import Any
 
 from proxy.gate import items
 from proxy.gate.caches import GateCaches
-from proxy.gate.messages import message
+from proxy.gate.messages import CHAT_BODY, message
 from proxy.gate.pairing import NOTHING_RECORDED, Recorded
 from proxy.gate.policy import Outcome, Policy
 from proxy.gate.schemas import Violation
@@ -30,10 +30,6 @@ _ARGUMENT_REASONS = frozenset(
 
 # The reasons a request can have offline only because its calls are in the proxy's ledger.
 _IN_THE_LEDGER = frozenset({"orphan", "unknown_reference", "provenance"})
-_CHAT = (
-    "a Chat Completions body (messages, not input): the proxy gates Open Responses requests, "
-    "and sent as input its tool calls and tool results are envelope items"
-)
 
 
 @dataclass(frozen=True)
@@ -91,7 +87,9 @@ class Checker:
             notes = ("an input_items list, read newest first (the API's default order)",)
         reported = []
         for f in verdict.findings:
-            if document.kind == "input_items":
+            if f.index is None:
+                where = f.where  # the body's own member: a `messages` envelope
+            elif document.kind == "input_items":
                 index = size - 1 - f.index if document.reversed else f.index
                 where = f"data[{index}]"
             else:
@@ -123,8 +121,8 @@ class Checker:
             if f.reason == "envelope"
         ]
         if not reported:
-            whole = Finding(0, "envelope", self.policy.action_for("envelope"))
-            reported.append(Reported(_via(document, "messages"), whole, _CHAT))
+            whole = Finding(None, "envelope", self.policy.action_for("envelope"), param="messages")
+            reported.append(Reported(_via(document, whole.where), whole, message(whole)))
         calls = []
         for i, item in enumerate(messages):
             tool_calls = item.get("tool_calls") if isinstance(item, dict) else None
@@ -137,7 +135,7 @@ class Checker:
             document,
             _strictest([*(r.finding for r in reported), *(r.finding for r in judged.reported)]),
             (*reported, *judged.reported),
-            (_CHAT,),
+            (CHAT_BODY,),
         )
 
     def calls(self, document: Document, calls: Sequence[tuple[str, Any]], tools: Any) -> Checked:
