@@ -23,19 +23,21 @@ from proxy.gate.verdict import (
     rewritten_output,
 )
 from proxy.settings import Limits
-from tests.builders import GLOBAL, call, message, output, request, tool
-
-# The review's amplification: an enum of some 900 bytes, failed by every one of 6,000 values.
-WIDE_ENUM = [f"value_{n:03d}_padding" for n in range(45)]
-ARRAY_SCHEMA = {
-    "type": "object",
-    "properties": {"values": {"type": "array", "items": {"enum": WIDE_ENUM}}},
-}
+from tests.builders import (
+    GLOBAL,
+    PICK_SCHEMA,
+    PICK_TOOL,
+    WIDE_ENUM,
+    call,
+    message,
+    output,
+    pick_call,
+    request,
+)
 
 
 def amplifying(elements: int = 6000) -> dict[str, Any]:
-    arguments = json.dumps({"values": [0] * elements, "note": "fine"})
-    return request(call("c", arguments, "pick"), output("c"), tools=[tool(ARRAY_SCHEMA, "pick")])
+    return request(pick_call("c", elements), output("c"), tools=[PICK_TOOL])
 
 
 def test_the_gates_defaults_are_the_configs() -> None:
@@ -70,7 +72,7 @@ def test_tally(limit: int | None, paths: list[str], shown: list[str], omitted: i
 
 
 def test_violations_past_the_cap_are_counted_not_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled = SchemaCache().compile(ARRAY_SCHEMA)
+    compiled = SchemaCache().compile(PICK_SCHEMA)
     rendered = []
     real = schemas.expected_value
 

@@ -9,36 +9,21 @@ from typing import Any
 
 import aiohttp
 
-from tests.builders import JSON_HEADERS, USER, audit_records, compact, sales_output
+from tests.builders import (
+    AMPLIFYING,
+    JSON_HEADERS,
+    PICK_TOOL,
+    USER,
+    WIDE_ENUM,
+    audit_records,
+    compact,
+    pick_call,
+    sales_output,
+)
 from tests.fixture_types import ProxyFactory
 from tests.servers.recording import RecordingUpstream
 
 KiB = 1024
-# The review's request: one call whose array argument has 6,000 elements, each failing an enum
-# of some 900 bytes.
-WIDE_ENUM = [f"value_{n:03d}_padding" for n in range(45)]
-PICK = {
-    "type": "function",
-    "name": "pick",
-    "parameters": {
-        "type": "object",
-        "properties": {"values": {"type": "array", "items": {"enum": WIDE_ENUM}}},
-    },
-}
-PICK_CALL = {
-    "type": "function_call",
-    "call_id": "call_1",
-    "name": "pick",
-    "status": "completed",
-    "arguments": json.dumps({"values": [0] * 6000}),
-}
-AMPLIFYING = compact(
-    {
-        "model": "m",
-        "tools": [PICK],
-        "input": [USER, PICK_CALL, sales_output("call_1", "unverified")],
-    }
-)
 
 
 def test_the_request_is_the_reviews() -> None:
@@ -86,12 +71,8 @@ async def test_the_caps_are_the_configs(
     base = await start_proxy(
         recording_upstream.url, limits={"max_findings": 2, "max_violations": 3}
     )
-    pairs = [
-        item
-        for n in range(5)
-        for item in (PICK_CALL | {"call_id": f"call_{n}"}, sales_output(f"call_{n}"))
-    ]
-    body = compact({"model": "m", "tools": [PICK], "input": [USER, *pairs]})
+    pairs = [item for n in range(5) for item in (pick_call(f"call_{n}"), sales_output(f"call_{n}"))]
+    body = compact({"model": "m", "tools": [PICK_TOOL], "input": [USER, *pairs]})
 
     async with client.post(base + "/v1/responses", data=body, headers=JSON_HEADERS) as resp:
         assert resp.status == 400
