@@ -24,7 +24,7 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
 from proxy.gate.pairing import NOTHING_RECORDED
 from proxy.gate.policy import Policy
-from proxy.gate.verdict import Bounds, Finding, Verdict, inspect, rejection
+from proxy.gate.verdict import Bounds, Finding, Verdict, inspect, over_limit, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import (
@@ -178,7 +178,7 @@ async def admit(
             metrics.count(label, "invalid", upstream)
             return answer_to(_too_large(len(data), limit))
         if len(data) > limit:
-            verdict = verdict.blocked(_over_limit(verdict, len(data), limit))
+            verdict = verdict.blocked(over_limit(verdict, str(len(data)), limit))
     if verdict.findings:
         _audit(request, asked, verdict, audit_log, metrics, upstream)
     metrics.gate_seconds.observe(time.perf_counter() - started)
@@ -229,15 +229,6 @@ def _sent(parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
     if verdict.without:
         sent = {k: v for k, v in sent.items() if k not in verdict.without}
     return sent
-
-
-def _over_limit(verdict: Verdict, size: int, limit: int) -> str:
-    """Why a body the gate changed is not forwarded: it grew past the limit."""
-    done = "with its outputs rewritten" if verdict.outcome == "rewrite" else "as the gate left it"
-    return (
-        f"the body {done} would be {size} bytes, over limits.max_body_bytes ({limit}): "
-        "blocked instead"
-    )
 
 
 def _too_large(size: int, limit: int) -> ProxyError:
@@ -415,7 +406,7 @@ async def _inspect(
         # subschemas, within the limits) must not hold every other client's request.
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
     limits = config.limits
-    bounds = Bounds(limits.max_findings, limits.max_violations)
+    bounds = Bounds(limits.max_findings, limits.max_violations, limits.max_body_bytes)
     verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds)
     metrics.verdict_cache.set(len(caches.verdicts))
     return verdict

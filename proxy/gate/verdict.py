@@ -46,17 +46,32 @@ MESSAGES = "messages"
 
 
 @dataclass(frozen=True, slots=True)
+class _TooLarge:
+    """A body the gate would change past `limit` (`Bounds.max_body_bytes`): more than `size`
+    bytes."""
+
+    size: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class Bounds:
     """How much one request's verdict may say, whatever the request: at most `max_findings`
     findings listed (the blocking ones first) and `max_violations` violations per finding; what
-    is left out is counted. Raises ValueError naming a bound that is not a positive integer."""
+    is left out is counted. With `max_body_bytes`, a rewrite whose failure records alone would
+    take the body past it is blocked before the body is built (the front checks the body it
+    builds against the same limit). Raises ValueError naming a bound that is not a positive
+    integer."""
 
     max_findings: int = MAX_FINDINGS
     max_violations: int = MAX_VIOLATIONS
+    max_body_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_findings", "max_violations"):
+        for name in ("max_findings", "max_violations", "max_body_bytes"):
             value = getattr(self, name)
+            if value is None and name == "max_body_bytes":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {value!r} is not a positive integer")
 
@@ -317,6 +332,10 @@ class _Inspection:
         )
         # A body without an `input` list (a Chat Completions one) is given none.
         changed = self.changed(findings) if isinstance(self.body.get("input"), list) else None
+        if isinstance(changed, _TooLarge):
+            verdict = Verdict("rewrite", tuple(findings), bounds=bounds)
+            said = over_limit(verdict, f"more than {changed.size}", changed.limit)
+            return verdict.blocked(said)
         if any(f.action == "strip" for f in findings):
             return Verdict("strip", tuple(findings), changed, bounds, without)
         if any(f.action == "rewrite" for f in findings):
@@ -500,16 +519,24 @@ class _Inspection:
                 self.request_schemas.setdefault(tool_name, []).append(parameters)
         return [self.compile(parameters) for parameters in self.request_schemas.get(name, ())]
 
-    def changed(self, findings: list[Finding]) -> list[Any]:
+    def changed(self, findings: list[Finding]) -> list[Any] | _TooLarge:
         """The input as it goes upstream: stripped pairs gone, rewritten outputs rebuilt around
         the failure record (the call, wherever it is, stays as it was: a rewritten output never
-        dangles, so a rewrite never escalates)."""
+        dangles, so a rewrite never escalates).
+
+        Past `bounds.max_body_bytes` of failure records alone it stops: such a body is never
+        forwarded, so it is not built either (thousands of records of 40 KB each)."""
         kept = self.stripped(findings)
-        rewritten = {
-            f.index: rewritten_output(self.input[f.index], failure_output(f))
-            for f in findings
-            if f.action == "rewrite" and f.index is not None
-        }
+        rewritten: dict[int, dict[str, Any]] = {}
+        size = 0
+        limit = self.bounds.max_body_bytes
+        for f in findings:
+            if f.action == "rewrite" and f.index is not None:
+                record = failure_output(f)
+                size += len(record)
+                if limit is not None and size > limit:
+                    return _TooLarge(size, limit)
+                rewritten[f.index] = rewritten_output(self.input[f.index], record)
         if not rewritten:
             return kept
         # Kept items are the input's own objects, in order: a rewritten one is found by identity.
@@ -540,6 +567,15 @@ def listed(findings: Sequence[Finding], limit: int) -> tuple[tuple[Finding, ...]
         return tuple(findings), 0
     chosen = sorted(range(len(findings)), key=lambda i: findings[i].action != "block")
     return tuple(findings[i] for i in sorted(chosen[:limit])), len(findings) - limit
+
+
+def over_limit(verdict: Verdict, size: str, limit: int) -> str:
+    """Why a body the gate changed is blocked instead: it would be `size` bytes, over `limit`."""
+    done = "with its outputs rewritten" if verdict.outcome == "rewrite" else "as the gate left it"
+    return (
+        f"the body {done} would be {size} bytes, over limits.max_body_bytes ({limit}): "
+        "blocked instead"
+    )
 
 
 def rewritten_output(output: Item, record: str) -> dict[str, Any]:

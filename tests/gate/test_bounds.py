@@ -322,3 +322,29 @@ def test_rewrite_forwards_nothing_else_of_the_output() -> None:
     rewritten = verdict.input[1]
     assert set(rewritten) == {"type", "call_id", "output"}
     assert "secret" not in json.dumps(verdict.input)
+
+
+@pytest.mark.parametrize(
+    ("max_body_bytes", "outcome"),
+    [
+        pytest.param(None, "rewrite", id="no-limit"),
+        pytest.param(1024 * 1024, "rewrite", id="room"),
+        pytest.param(64 * 1024, "block", id="records-over"),
+    ],
+)
+def test_a_rewrite_past_the_body_limit_is_blocked_unbuilt(
+    max_body_bytes: int | None, outcome: str
+) -> None:
+    # Ten calls of 40 elements, each rewritten to a record of some 38 KB.
+    pairs = [item for n in range(10) for item in (pick_call(f"c{n}", 40), output(f"c{n}"))]
+    body = request(*pairs, tools=[PICK_TOOL])
+    verdict = inspect(body, Policy(action="rewrite"), bounds=Bounds(max_body_bytes=max_body_bytes))
+    assert verdict.outcome == outcome
+    assert {f.action for f in verdict.findings} == {outcome}
+    if outcome == "block":
+        assert verdict.input is None
+        assert verdict.note is not None
+        assert verdict.note.startswith("the body with its outputs rewritten would be more than ")
+        assert verdict.note.endswith("bytes, over limits.max_body_bytes (65536): blocked instead")
+        error = rejection(verdict)["error"]
+        assert error["message"].startswith(verdict.note + ". input[1] (call_id c0): ")

@@ -4,10 +4,12 @@ gets a small answer, a small audit line, and never a forwarded body over the siz
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.builders import (
     AMPLIFYING,
@@ -114,14 +116,24 @@ async def test_a_rewrite_within_the_size_limit_goes_up_bounded(
     assert len(line) < 256 * KiB
 
 
+@pytest.mark.parametrize(
+    ("limit", "size"),
+    [
+        # Room for the request (under 20 KiB), not for its failure record (some 38 KiB): the
+        # gate stops before it builds the body.
+        pytest.param(32 * KiB, r"more than \d+", id="the-record-alone-is-over"),
+        # Room for the record, not for the request with it (some 58 KiB): the body built is.
+        pytest.param(48 * KiB, r"\d+", id="the-body-built-is-over"),
+    ],
+)
 async def test_a_rewrite_over_the_size_limit_is_blocked_saying_so(
     recording_upstream: RecordingUpstream,
     start_proxy: ProxyFactory,
     client: aiohttp.ClientSession,
     tmp_path: Path,
+    limit: int,
+    size: str,
 ) -> None:
-    # Room for the request (under 20 KiB), not for its failure record (some 40 KiB).
-    limit = 32 * KiB
     base = await start_proxy(
         recording_upstream.url, gate={"action": "rewrite"}, limits={"max_body_bytes": limit}
     )
@@ -135,9 +147,11 @@ async def test_a_rewrite_over_the_size_limit_is_blocked_saying_so(
     assert recording_upstream.received == []
     assert error["code"] == "replay_rejected"
     assert error["param"] == "input[2]"
-    message = error["message"]
-    assert message.startswith("the body with its outputs rewritten would be ")
-    assert f"bytes, over limits.max_body_bytes ({limit}): blocked instead. input[2]" in message
+    said = (
+        f"the body with its outputs rewritten would be {size} bytes, over "
+        rf"limits\.max_body_bytes \({limit}\): blocked instead\. input\[2\] \(call_id call_1\): "
+    )
+    assert re.match(said, error["message"]), error["message"]
     [record] = audit_records(tmp_path)
     assert record["action"] == "block"
     assert record["findings"] == error["findings"]
