@@ -180,7 +180,11 @@ class Checker:
             if finding is None:
                 notes.append(f"a finding that is not one the proxy writes: {_shown(recorded)}")
                 continue
-            where = f"{'output' if emitted else 'input'}[{finding.index}]"
+            where = (
+                finding.where
+                if finding.index is None
+                else f"{'output' if emitted else 'input'}[{finding.index}]"
+            )
             if (
                 finding.reason in _ARGUMENT_REASONS
                 and "arguments" in recorded
@@ -256,7 +260,10 @@ def _recorded_finding(recorded: Any, policy: Policy) -> Finding | None:
     if not isinstance(recorded, dict):
         return None
     index, reason = recorded.get("index"), recorded.get("reason")
-    if not isinstance(index, int) or isinstance(index, bool) or not isinstance(reason, str):
+    param = recorded.get("param")
+    # A finding about the body itself (`messages`) has no index, and says where in `param`.
+    placed = isinstance(index, int) or (index is None and isinstance(param, str))
+    if not placed or isinstance(index, bool) or not isinstance(reason, str):
         return None
     call_id, name = recorded.get("call_id"), recorded.get("name")
     paired = recorded.get("paired_index")
@@ -275,7 +282,8 @@ def _recorded_finding(recorded: Any, policy: Policy) -> Finding | None:
     )
     passed = recorded.get("pass")
     reference = recorded.get("id")
-    return Finding(
+    omitted = recorded.get("fail_omitted")
+    found = Finding(
         index,
         reason,
         policy.action_for(reason),
@@ -286,6 +294,11 @@ def _recorded_finding(recorded: Any, policy: Policy) -> Finding | None:
         recorded.get("arguments"),
         reference if isinstance(reference, str) else None,
         tuple(p for p in passed if isinstance(p, str)) if isinstance(passed, list) else (),
+    )
+    return replace(
+        found,
+        fail_omitted=omitted if isinstance(omitted, int) and not isinstance(omitted, bool) else 0,
+        param=param if isinstance(param, str) else None,
     )
 
 
