@@ -13,6 +13,7 @@ from typing import Any
 import brotli
 from yarl import URL
 
+from proxy.gate.messages import CHAT_BODY
 from proxy.gate.verdict import Verdict
 
 # Generous bounds that only stop a hang; nothing asserts how long anything took.
@@ -141,6 +142,23 @@ def pick_call(call_id: str, elements: int = 6000) -> dict[str, Any]:
         "status": "completed",
         "arguments": json.dumps({"values": [0] * elements, "note": "fine"}),
     }
+
+
+# A Chat Completions conversation, posted where a Responses body belongs, and its finding.
+CHAT_MESSAGES = [
+    {"role": "user", "content": "sales?"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "unverified"},
+]
+MESSAGES_FINDING = {
+    "index": None,
+    "call_id": None,
+    "paired_index": None,
+    "name": None,
+    "reason": "envelope",
+    "param": "messages",
+    "message": CHAT_BODY,
+}
 
 
 def request_body(*items: Any, **fields: Any) -> dict[str, Any]:

@@ -24,7 +24,9 @@ from proxy.gate.verdict import (
 )
 from proxy.settings import Limits
 from tests.builders import (
+    CHAT_MESSAGES,
     GLOBAL,
+    MESSAGES_FINDING,
     PICK_SCHEMA,
     PICK_TOOL,
     WIDE_ENUM,
@@ -201,24 +203,7 @@ def test_the_failure_record_counts_what_it_leaves_out() -> None:
     assert record["error"].endswith("; and 5996 more violations")
 
 
-# A Chat Completions body posted to a Responses path.
-CHAT = [
-    {"role": "user", "content": "sales?"},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function"}]},
-    {"role": "tool", "tool_call_id": "c", "content": "secret"},
-]
-MESSAGES_FINDING = {
-    "index": None,
-    "call_id": None,
-    "paired_index": None,
-    "name": None,
-    "reason": "envelope",
-    "param": "messages",
-    "message": (
-        "a Chat Completions body (messages, not input): the proxy gates Open Responses "
-        "requests, and sent as input its tool calls and tool results are envelope items"
-    ),
-}
+CHAT = CHAT_MESSAGES
 
 CHAT_BODIES = [
     pytest.param({"model": "m", "messages": CHAT}, "block", "block", None, frozenset(), id="block"),

@@ -11,28 +11,17 @@ from proxy.gate.messages import CHAT_BODY
 from proxy.gate.policy import Policy
 from proxy.running.check import Checker
 from proxy.running.documents import Document, Kind
-
-CHAT = [
-    {"role": "user", "content": "sales?"},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function"}]},
-]
-MESSAGES_FINDING = {
-    "index": None,
-    "call_id": None,
-    "paired_index": None,
-    "name": None,
-    "reason": "envelope",
-    "param": "messages",
-    "message": CHAT_BODY,
-}
+from tests.builders import CHAT_MESSAGES, MESSAGES_FINDING
 
 
 @pytest.mark.parametrize(
     ("kind", "value"),
     [
-        pytest.param("chat_completions", {"model": "m", "messages": [CHAT[0]]}, id="chat-body"),
         pytest.param(
-            "request", {"model": "m", "messages": [CHAT[0]], "input": []}, id="beside-input"
+            "chat_completions", {"model": "m", "messages": CHAT_MESSAGES[:1]}, id="chat-body"
+        ),
+        pytest.param(
+            "request", {"model": "m", "messages": CHAT_MESSAGES[:1], "input": []}, id="beside-input"
         ),
         pytest.param(
             "audit_record",

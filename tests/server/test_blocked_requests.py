@@ -12,6 +12,7 @@ import pytest
 
 from tests.builders import (
     AUDIT_FIELDS,
+    CHAT_MESSAGES,
     ENCODE,
     FINDING,
     JSON_HEADERS,
@@ -154,13 +155,6 @@ async def test_any_blocking_finding_blocks_and_every_finding_is_listed(
     [record] = audit_records(tmp_path)
     assert record["action"] == "block"
     assert record["findings"] == [FINDING, orphan]
-
-
-CHAT_MESSAGES = [
-    {"role": "user", "content": "sales?"},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
-    {"role": "tool", "tool_call_id": "c1", "content": "unverified"},
-]
 
 
 async def test_a_chat_completions_body_on_a_responses_path_is_blocked(
