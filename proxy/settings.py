@@ -275,11 +275,26 @@ class Readiness:
 
 @dataclass(frozen=True)
 class Limits:
+    """What one request may take and what its answer may say. Raises ValueError naming a count
+    that is not a positive integer."""
+
+    # Also the largest body the proxy forwards after stripping or rewriting a gated one.
     max_body_bytes: int = 64 * 1024 * 1024
     # A gated body must arrive whole this long after its head, or it is answered 408: the
     # proxy holds the body until it can judge it, so a client sending a byte a second would
     # hold a connection, a handler and a buffer for as long as it liked.
     body_timeout_s: float = 60.0
+    # What a blocked answer, an audit record or a WebSocket error event lists: at most this
+    # many findings, and this many violations (`fail` entries) per finding and failure record;
+    # what is left out is counted. So a small request cannot make a large answer.
+    max_findings: int = 100
+    max_violations: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_findings", "max_violations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {value!r} is not a positive integer")
 
 
 @dataclass(frozen=True)

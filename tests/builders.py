@@ -13,6 +13,7 @@ from typing import Any
 import brotli
 from yarl import URL
 
+from proxy.gate.messages import CHAT_BODY
 from proxy.gate.verdict import Verdict
 
 # Generous bounds that only stop a hang; nothing asserts how long anything took.
@@ -123,6 +124,43 @@ FINDING = {
 UPSTREAM_ANSWER = {"object": "response", "id": "resp_1", "output": []}
 
 
+# The review's amplification: one call whose array argument has 6,000 elements, each failing
+# an enum of some 900 bytes (a 19 KB request that made a 12.5 MB answer).
+WIDE_ENUM = [f"value_{n:03d}_padding" for n in range(45)]
+PICK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"values": {"type": "array", "items": {"enum": WIDE_ENUM}}},
+}
+PICK_TOOL = {"type": "function", "name": "pick", "parameters": PICK_SCHEMA}
+
+
+def pick_call(call_id: str, elements: int = 6000) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "call_id": call_id,
+        "name": "pick",
+        "status": "completed",
+        "arguments": json.dumps({"values": [0] * elements, "note": "fine"}),
+    }
+
+
+# A Chat Completions conversation, posted where a Responses body belongs, and its finding.
+CHAT_MESSAGES = [
+    {"role": "user", "content": "sales?"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "unverified"},
+]
+MESSAGES_FINDING = {
+    "index": None,
+    "call_id": None,
+    "paired_index": None,
+    "name": None,
+    "reason": "envelope",
+    "param": "messages",
+    "message": CHAT_BODY,
+}
+
+
 def request_body(*items: Any, **fields: Any) -> dict[str, Any]:
     # Keys deliberately not in sorted order: a re-serialising proxy would show.
     return {"tools": [SALES_TOOL], "input": [USER, *items], "model": "gpt-test"} | fields
@@ -149,6 +187,15 @@ def raw_deflate(data: bytes) -> bytes:
 
 def compact(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+AMPLIFYING = compact(
+    {
+        "model": "m",
+        "tools": [PICK_TOOL],
+        "input": [USER, pick_call("call_1"), sales_output("call_1")],
+    }
+)
 
 
 def at(base: str, target: str) -> URL:

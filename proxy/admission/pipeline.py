@@ -24,7 +24,7 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
 from proxy.gate.pairing import NOTHING_RECORDED
 from proxy.gate.policy import Policy
-from proxy.gate.verdict import Finding, Verdict, inspect, rejection
+from proxy.gate.verdict import Bounds, Finding, Verdict, inspect, over_limit, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import (
@@ -180,16 +180,20 @@ async def admit(
     except ProxyError as exc:
         metrics.count(label, "invalid", upstream)
         return answer_to(exc)
-    verdict = await _inspect(
-        request,
-        (parsed, asked),
-        policy,
-        view,
-        audit_log,
-        metrics,
-        _caches(caches, policy),
-        upstream,
-    )
+    verdict = await _inspect(parsed, policy, view, metrics, _caches(caches, policy), config)
+    # What goes upstream when the gate changed the body (or the route did): at most
+    # `max_body_bytes`, else blocked, before the record says what became of the request.
+    data: bytes | None = None
+    if verdict.outcome in ("strip", "rewrite") or changed:
+        data = body.dumps(_sent(parsed, verdict))
+        if len(data) > limit and verdict.outcome == "forward":
+            # Grown by its route alone (a conversation inlined): too large to send, as if sent.
+            metrics.count(label, "invalid", upstream)
+            return answer_to(_too_large(len(data), limit))
+        if len(data) > limit:
+            verdict = verdict.blocked(over_limit(verdict, str(len(data)), limit))
+    if verdict.findings:
+        _audit(request, asked, verdict, audit_log, metrics, upstream)
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
         metrics.count(label, "block", upstream)
@@ -204,11 +208,10 @@ async def admit(
     # A WebSocket frame of another type (the spec defaults it to `response.create`) makes no
     # response: the relay must not wait for one to record with this context.
     record = request.transport != "websocket" or parsed.get("type") in (None, "response.create")
-    if verdict.outcome in ("strip", "rewrite") or changed:
-        sent = parsed if verdict.input is None else {**parsed, "input": verdict.input}
+    if data is not None:
         outcome = "forward" if verdict.outcome == "forward" else verdict.outcome
         return Forward(
-            body.dumps(sent),
+            data,
             _DECODED,
             added,
             outcome,
@@ -230,6 +233,22 @@ async def admit(
         findings=verdict.findings,
         upstream=upstream,
         policy=policy,
+    )
+
+
+def _sent(parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    """The body as it goes upstream: the gate's input in it, the members it strips gone."""
+    sent = parsed if verdict.input is None else {**parsed, "input": verdict.input}
+    if verdict.without:
+        sent = {k: v for k, v in sent.items() if k not in verdict.without}
+    return sent
+
+
+def _too_large(size: int, limit: int) -> ProxyError:
+    return ProxyError(
+        413,
+        "body_too_large",
+        f"the body as it would go upstream is {size} bytes, over the limit of {limit} bytes",
     )
 
 
@@ -383,45 +402,53 @@ def _unanswered(found: Iterable[Any], answered: set[str]) -> list[dict[str, Any]
 
 
 async def _inspect(
-    request: Request,
-    bodies: tuple[dict[str, Any], dict[str, Any]],
+    parsed: dict[str, Any],
     gate: Policy,
     view: LedgerView | None,
-    audit_log: AuditLog,
     metrics: Metrics,
     caches: GateCaches,
-    upstream: str,
+    config: Config,
 ) -> Verdict:
-    """Gate a parsed body against its recorded history; count and audit what it finds.
-
-    `bodies` are the body as gated (routed, maybe inlined) and as the client sent it."""
-    parsed, asked = bodies
+    """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
+    config's limits of what a verdict lists."""
     pending = pending_schemas(parsed, gate, caches)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
         # subschemas, within the limits) must not hold every other client's request.
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
-    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches)
+    limits = config.limits
+    bounds = Bounds(limits.max_findings, limits.max_violations, limits.max_body_bytes)
+    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds)
     metrics.verdict_cache.set(len(caches.verdicts))
-    if verdict.findings:
-        for finding in verdict.findings:
-            metrics.findings.labels(finding.reason, finding.action).inc()
-        try:
-            audit_log.write(
-                audit.Request(
-                    request_id=request.request_id,
-                    transport=request.transport,
-                    path=request.path,
-                    body=asked,
-                    raw=request.raw,
-                    tenant=request.tenant,
-                    upstream=upstream,
-                ),
-                verdict,
-            )
-        except OSError:
-            # Counted, and still a failure of the request's (a 500, its traceback logged): a
-            # request with findings goes nowhere unrecorded.
-            metrics.audit_write_failures.inc()
-            raise
     return verdict
+
+
+def _audit(
+    request: Request,
+    asked: dict[str, Any],
+    verdict: Verdict,
+    audit_log: AuditLog,
+    metrics: Metrics,
+    upstream: str,
+) -> None:
+    """Count and record the findings of a request (`asked`: its body as the client sent it)."""
+    for finding in verdict.findings:
+        metrics.findings.labels(finding.reason, finding.action).inc()
+    try:
+        audit_log.write(
+            audit.Request(
+                request_id=request.request_id,
+                transport=request.transport,
+                path=request.path,
+                body=asked,
+                raw=request.raw,
+                tenant=request.tenant,
+                upstream=upstream,
+            ),
+            verdict,
+        )
+    except OSError:
+        # Counted, and still a failure of the request's (a 500, its traceback logged): a
+        # request with findings goes nowhere unrecorded.
+        metrics.audit_write_failures.inc()
+        raise

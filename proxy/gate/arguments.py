@@ -10,13 +10,15 @@ from jsonschema.exceptions import SchemaError
 
 from proxy.gate import items, strictjson
 from proxy.gate.budget import TIMEOUTS, Allowance
-from proxy.gate.caches import GateCaches
+from proxy.gate.caches import CachedVerdict, GateCaches
 from proxy.gate.policy import (
     Policy,
 )
 from proxy.gate.schemas import (
+    MAX_VIOLATIONS,
     Compiled,
     SchemaLimitError,
+    Tally,
     UnusableSchema,
     Violation,
     pointer,
@@ -24,31 +26,35 @@ from proxy.gate.schemas import (
 
 
 def check_arguments(
-    arguments: str, schemas: list[Compiled | SchemaError], allowance: Allowance | None = None
-) -> str | tuple[str, tuple[Violation, ...], tuple[str, ...]]:
+    arguments: str,
+    schemas: list[Compiled | SchemaError],
+    allowance: Allowance | None = None,
+    max_violations: int | None = None,
+) -> CachedVerdict:
     """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations, the
-    top-level properties that passed)."""
+    top-level properties that passed, how many violations past `max_violations` were counted
+    and not listed)."""
     try:
         instance = strictjson.loads(arguments, exact=True)
     except strictjson.StrictJSONError:
         return "arguments_parse"
     if not schemas:
         return "unknown_tool"
-    violations: dict[Violation, None] = {}
+    found = Tally(max_violations)
     with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
         for schema in schemas:
             if isinstance(schema, UnusableSchema):
-                violations[Violation("", "schema_unusable")] = None
+                found.add([Violation("", "schema_unusable")])
             elif isinstance(schema, SchemaLimitError):
-                violations[Violation("", "invalid_schema", schema.message)] = None
+                found.add([Violation("", "invalid_schema", schema.message)])
             elif isinstance(schema, SchemaError):
-                violations[Violation("", "invalid_schema")] = None
+                found.add([Violation("", "invalid_schema")])
             else:
-                violations.update(dict.fromkeys(schema.violations(instance, deadline)))
-    if allowance is not None and any(v.reason in TIMEOUTS for v in violations):
+                schema.tally(instance, found, deadline)
+    if allowance is not None and any(found.has_reason(r) for r in TIMEOUTS):
         allowance.run_out()
-    if violations:
-        return ("arguments_schema", tuple(violations), passed(instance, violations))
+    if found:
+        return ("arguments_schema", found.listed, passed(instance, found.seen), found.omitted)
     return "ok"
 
 
@@ -64,15 +70,16 @@ def judged_arguments(
     key: tuple[int, ...],
     caches: GateCaches,
     allowance: Allowance,
-) -> str | tuple[str, tuple[Violation, ...], tuple[str, ...]]:
-    """`check_arguments`, remembered in `caches` under (`key`, arguments): a replay and the
-    call a model emitted find each other's verdict."""
-    cached = caches.verdicts.get((key, arguments))
+    max_violations: int = MAX_VIOLATIONS,
+) -> CachedVerdict:
+    """`check_arguments`, remembered in `caches` under (`key`, `max_violations`, arguments): a
+    replay and the call a model emitted find each other's verdict."""
+    cached = caches.verdicts.get((key, max_violations, arguments))
     if cached is None:
-        cached = check_arguments(arguments, schemas, allowance)
+        cached = check_arguments(arguments, schemas, allowance, max_violations)
         # A timeout says how busy this request was, not what the arguments are worth.
         if not (isinstance(cached, tuple) and any(v.reason in TIMEOUTS for v in cached[1])):
-            caches.verdicts.put((key, arguments), cached)
+            caches.verdicts.put((key, max_violations, arguments), cached)
     return cached
 
 

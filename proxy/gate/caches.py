@@ -6,8 +6,9 @@ from proxy.gate.policy import Policy
 from proxy.gate.portable import ItemSchemas, PortableCache, item_schemas
 from proxy.gate.schemas import LRU, SchemaCache, Violation
 
-VerdictKey = tuple[tuple[int, ...], str]
-CachedVerdict = tuple[str, tuple[Violation, ...], tuple[str, ...]] | str
+# The schemas' keys, the violations listed at most, the arguments.
+VerdictKey = tuple[tuple[int, ...], int, str]
+CachedVerdict = tuple[str, tuple[Violation, ...], tuple[str, ...], int] | str
 
 
 class GateCaches:

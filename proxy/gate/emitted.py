@@ -118,7 +118,9 @@ def iter_emitted(
         if verdict == OK:
             yield Emitted(index, name, OK, bool(found))
             continue
-        reason, fail, passed = verdict if isinstance(verdict, tuple) else (verdict, (), ())
+        reason, fail, passed, omitted = (
+            verdict if isinstance(verdict, tuple) else (verdict, (), (), 0)
+        )
         call_id = call.get("call_id")
         finding = Finding(
             index,
@@ -130,6 +132,7 @@ def iter_emitted(
             fail,
             call.get("arguments"),
             passed=passed,
+            fail_omitted=omitted,
         )
         yield Emitted(index, name, reason, bool(found), finding)
 

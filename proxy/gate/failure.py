@@ -13,16 +13,20 @@ if TYPE_CHECKING:
 
 
 def failure_record(finding: Finding) -> dict[str, Any]:
-    """The record in the shape of a host check's failure: the call was not executed, and why."""
-    return {
+    """The record in the shape of a host check's failure: the call was not executed, and why.
+    It lists the violations the finding lists, and with `fail_omitted` how many more it has."""
+    record: dict[str, Any] = {
         "success": False,
         "execute": False,
         "check": finding.name,
         "reason": finding.reason,
         "pass": list(finding.passed),
         "fail": [_entry(v) for v in finding.fail],
-        "error": error_sentence(finding),
     }
+    if finding.fail_omitted:
+        record["fail_omitted"] = finding.fail_omitted
+    record["error"] = error_sentence(finding)
+    return record
 
 
 def failure_output(finding: Finding) -> str:

@@ -101,10 +101,28 @@ def _unknown_tool(f: Finding) -> str:
 
 
 def _arguments_schema(f: Finding) -> str:
-    return "; ".join(_phrase(v) for v in f.fail) or "the arguments failed schema"
+    return _phrases(f) or "the arguments failed schema"
+
+
+def _phrases(f: Finding) -> str:
+    """Each violation the finding lists in words, and how many more it has."""
+    said = "; ".join(_phrase(v) for v in f.fail)
+    if f.fail_omitted:
+        more = f"{f.fail_omitted} more violation{'s' if f.fail_omitted > 1 else ''}"
+        said += f"; and {more}"
+    return said
+
+
+# A Chat Completions body on a Responses path: `check` says it of such a document too.
+CHAT_BODY = (
+    "a Chat Completions body (messages, not input): the proxy gates Open Responses requests, "
+    "and sent as input its tool calls and tool results are envelope items"
+)
 
 
 def _envelope(f: Finding) -> str:
+    if f.param == "messages":
+        return CHAT_BODY
     return (
         "a Chat Completions message (role: tool, tool_calls or tool_call_id) inside input: "
         "Open Responses carries function_call and function_call_output items instead"
@@ -142,7 +160,7 @@ def _not_portable(f: Finding) -> str:
     if not f.fail:
         return said
     item = f.item_type or "call"
-    phrases = "; ".join(_phrase(v) for v in f.fail)
+    phrases = _phrases(f)
     return f"the {item} breaks the spec's item schema (a server may refuse it): {phrases}"
 
 

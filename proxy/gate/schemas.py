@@ -31,6 +31,8 @@ _PROBE_STEPS = 10_000
 # An expected value larger than this as JSON is left out of a violation: an enum of thousands
 # of values would make every finding (and every failure record) that large.
 MAX_EXPECTED_BYTES = 1024
+# Violations listed per finding by default (`limits.max_violations`); the others are counted.
+MAX_VIOLATIONS = 20
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -147,26 +149,83 @@ class Compiled:
     patterns: Patterns = field(default_factory=Patterns, compare=False)
 
     def violations(self, instance: Any, deadline: float | None = None) -> tuple[Violation, ...]:
-        """Every way `instance` fails the schema.
+        """Every way `instance` fails the schema (see `tally`)."""
+        found = Tally()
+        self.tally(instance, found, deadline)
+        return found.listed
+
+    def tally(self, instance: Any, found: Tally, deadline: float | None = None) -> None:
+        """Add every way `instance` fails the schema to `found`.
 
         A validation still running at `deadline` (`time.monotonic()`) stops, and fails with
         `pattern_timeout` (a regex match ran out of time) or `validation_timeout`.
         """
-        found: dict[Violation, None] = {}
         with budget.spending(Budget(deadline, patterns=self.patterns)) as spent:
             try:
                 for error in self.validator.iter_errors(instance):
-                    found.update(dict.fromkeys(_explain(error)))
+                    found.add(_explain(error, said=found.room))
             except OutOfTime:
                 pass
             except Exception:
                 # A validation that cannot finish (a `$ref` that cannot be resolved, a recursion
                 # without end) is a failure of the arguments, never an exception out of the gate.
-                found[Violation("", "schema_unusable")] = None
+                found.add([Violation("", "schema_unusable")])
         # A timeout inside `anyOf` or `not` may leave no error of its own: it still fails.
-        if spent.spent is not None and not any(v.reason == spent.spent for v in found):
-            found[Violation("", spent.spent)] = None
-        return tuple(found)
+        if spent.spent is not None and not found.has_reason(spent.spent):
+            found.add([Violation("", spent.spent)])
+
+
+class Tally:
+    """Violations as they are found, each distinct one (by path and keyword) once: the first
+    `limit` listed whole, every later one only counted, never rendered (its `expected` is not
+    read: an enum of a kilobyte failed by thousands of values costs a count each).
+
+    The count is exact, not a lower bound: the validation goes on to its end (or its deadline),
+    since `passed` and the verdict need every path that failed.
+    """
+
+    __slots__ = ("_listed", "_seen", "limit")
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self._listed: list[Violation] = []
+        self._seen: dict[Violation, None] = {}
+
+    @property
+    def room(self) -> bool:
+        """Whether the next violation found is listed (and so worth rendering)."""
+        return self.limit is None or len(self._listed) < self.limit
+
+    def add(self, violations: Iterable[Violation]) -> None:
+        for violation in violations:
+            if violation in self._seen:
+                continue
+            self._seen[violation] = None
+            if self.room:
+                self._listed.append(violation)
+            elif violation.reason in budget.TIMEOUTS and self._listed:
+                # That the validation did not finish is always said (in place of the last one
+                # listed): a verdict with a timeout in it is never remembered.
+                self._listed[-1] = violation
+
+    def has_reason(self, reason: str) -> bool:
+        return any(v.reason == reason for v in self._seen)
+
+    @property
+    def listed(self) -> tuple[Violation, ...]:
+        return tuple(self._listed)
+
+    @property
+    def seen(self) -> Iterable[Violation]:
+        """Every distinct violation found, listed or only counted (without `expected`)."""
+        return self._seen.keys()
+
+    @property
+    def omitted(self) -> int:
+        return len(self._seen) - len(self._listed)
+
+    def __bool__(self) -> bool:
+        return bool(self._seen)
 
 
 def compile_schema(schema: Any, key: int, limits: SchemaLimits | None = None) -> Compiled:
@@ -435,14 +494,16 @@ def expected_value(value: Any, limit: int = MAX_EXPECTED_BYTES) -> tuple[Any, ..
         return ()
 
 
-def _explain(error: ValidationError) -> list[Violation]:
+def _explain(error: ValidationError, *, said: bool = True) -> list[Violation]:
+    """The violations one error stands for; `said`: with the keyword's value as `expected`
+    (else only where and which keyword: what a violation that is only counted needs)."""
     path = list(error.absolute_path)
     keyword = str(error.validator)
     instance = error.instance
     # A timeout's keyword value (the pattern) is not what the arguments failed to be, and a
     # `false` schema has no keyword whose value could say it.
     timed_out = keyword in (budget.PATTERN_TIMEOUT, budget.VALIDATION_TIMEOUT)
-    unsaid = timed_out or error.validator is None
+    unsaid = timed_out or error.validator is None or not said
     expected = () if unsaid else expected_value(error.validator_value)
     if (
         keyword == "required"

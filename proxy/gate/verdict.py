@@ -31,11 +31,49 @@ from proxy.gate.policy import (
 )
 from proxy.gate.portable import QUICK_STEPS
 from proxy.gate.schemas import (
+    MAX_VIOLATIONS,
     Compiled,
     Violation,
 )
 
 NOT_PORTABLE = "not_portable"
+# Findings listed per answer or record by default (`limits.max_findings`); the others counted.
+MAX_FINDINGS = 100
+# The fields the spec defines for a function_call_output: all a rewritten output keeps.
+OUTPUT_FIELDS = ("type", "id", "call_id", "output", "status")
+# A Chat Completions body's conversation: on a Responses path, an envelope of its own.
+MESSAGES = "messages"
+
+
+@dataclass(frozen=True, slots=True)
+class _TooLarge:
+    """A body the gate would change past `limit` (`Bounds.max_body_bytes`): more than `size`
+    bytes."""
+
+    size: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How much one request's verdict may say, whatever the request: at most `max_findings`
+    findings listed (the blocking ones first) and `max_violations` violations per finding; what
+    is left out is counted. With `max_body_bytes`, a rewrite whose failure records alone would
+    take the body past it is blocked before the body is built (the front checks the body it
+    builds against the same limit). Raises ValueError naming a bound that is not a positive
+    integer."""
+
+    max_findings: int = MAX_FINDINGS
+    max_violations: int = MAX_VIOLATIONS
+    max_body_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_findings", "max_violations", "max_body_bytes"):
+            value = getattr(self, name)
+            if value is None and name == "max_body_bytes":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {value!r} is not a positive integer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +84,16 @@ class Failed:
     reason: str
     fail: tuple[Violation, ...]
     passed: tuple[str, ...] = ()
+    fail_omitted: int = 0
     item_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One rejected replay: the output at `index` and why its paired item fails the gate."""
+    """One rejected replay: the output at `index` and why its paired item fails the gate; or,
+    with `index` None, what the body holds at its member `param` (a `messages` envelope)."""
 
-    index: int
+    index: int | None
     reason: str
     action: Action
     call_id: str | None = None
@@ -71,6 +111,15 @@ class Finding:
     # What the paired item shows of the reason, in words (`messages.detail_of`): "status is
     # missing", the item's type.
     detail: str | None = None
+    # Violations found beyond those `fail` lists (`Bounds.max_violations`), counted.
+    fail_omitted: int = 0
+    # Where the finding is when it is no item of input: the body's member (`messages`).
+    param: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The finding's place in the body, as an error's `param` names it."""
+        return self.param if self.param is not None else f"input[{self.index}]"
 
     def as_dict(self, *, include_arguments: bool = False) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -80,6 +129,8 @@ class Finding:
             "name": self.name,
             "reason": self.reason,
         }
+        if self.param is not None:
+            found["param"] = self.param
         if self.reason == "arguments_schema":
             found["pass"] = list(self.passed)
             found["fail"] = [v.as_dict() for v in self.fail]
@@ -88,6 +139,8 @@ class Finding:
         if self.reason == NOT_PORTABLE:
             found["type"] = self.item_type
             found["fail"] = [v.as_dict() for v in self.fail]
+        if self.fail_omitted:
+            found["fail_omitted"] = self.fail_omitted
         if self.reason == FOREIGN_ITEM:
             found["type"] = self.item_type
         if include_arguments:
@@ -96,9 +149,11 @@ class Finding:
         return found
 
     def describe(self) -> str:
-        where = f"input[{self.index}]"
+        where = self.where
         if self.call_id is not None:
             where += f" (call_id {self.call_id})"
+        if self.reason == ENVELOPE and self.param == MESSAGES:
+            return f"{where}: a Chat Completions body on a Responses path: envelope"
         if self.reason == ENVELOPE:
             return f"{where}: a Chat Completions message inside input: envelope"
         if self.reason == "orphan":
@@ -122,6 +177,8 @@ class Finding:
                 f"{v.path or '/'} ({v.reason}{': ' + v.message if v.message else ''})"
                 for v in self.fail
             )
+        if self.fail_omitted:
+            detail += f", and {self.fail_omitted} more"
         return f"{where}: {subject} failed the replay gate: {detail}"
 
 
@@ -133,6 +190,12 @@ class Verdict:
     outcome: Outcome
     findings: tuple[Finding, ...] = ()
     input: list[Any] | None = None
+    bounds: Bounds = Bounds()
+    # Members of the body that do not go upstream (a stripped `messages` envelope).
+    without: frozenset[str] = frozenset()
+    # Why a request whose findings would have let it through was blocked (its forwarded body
+    # over `limits.max_body_bytes`), said before its first finding.
+    note: str | None = None
 
     def count(self, action: Action) -> int:
         return sum(1 for f in self.findings if f.action == action)
@@ -152,25 +215,43 @@ class Verdict:
         ]
         return ", ".join(parts) or None
 
+    def listed(self) -> tuple[tuple[Finding, ...], int]:
+        """The findings an answer or a record lists, and how many it leaves out."""
+        return listed(self.findings, self.bounds.max_findings)
+
+    def blocked(self, note: str) -> Verdict:
+        """This verdict blocked after all, `note` saying why: what it would strip or rewrite
+        is blocked instead."""
+        findings = tuple(
+            f if f.action in ("block", "log") else replace(f, action="block") for f in self.findings
+        )
+        return Verdict("block", findings, bounds=self.bounds, note=note)
+
 
 def inspect(
     body: Any,
     policy: Policy,
     recorded: Recorded = NOTHING_RECORDED,
     caches: GateCaches | None = None,
+    bounds: Bounds = Bounds(),
 ) -> Verdict:
-    """Gate every `function_call_output` in the body's `input`; never raises on any JSON value.
+    """Gate every `function_call_output` in the body's `input`, and a Chat Completions body's
+    `messages`; never raises on any JSON value.
 
     `caches` carries compiled schemas and verdicts from one request to the next (the fronts
-    pass theirs); without it this request's are forgotten when it is done."""
+    pass theirs); without it this request's are forgotten when it is done. `bounds` caps what
+    the verdict lists (its cost too: violations past the cap are counted, never rendered)."""
     if not isinstance(body, dict):
         return Verdict("forward")
     input_items = body.get("input")
+    chat = isinstance(body.get(MESSAGES), list)
     if not isinstance(input_items, list):
-        return Verdict("forward")
+        if not chat:
+            return Verdict("forward")
+        input_items = []
     if caches is None:
         caches = GateCaches.for_policy(policy)
-    return _Inspection(body, input_items, policy, recorded, caches).run()
+    return _Inspection(body, input_items, policy, recorded, caches, bounds).run()
 
 
 class _Inspection:
@@ -183,8 +264,10 @@ class _Inspection:
         policy: Policy,
         recorded: Recorded,
         caches: GateCaches,
+        bounds: Bounds,
     ) -> None:
         self.body = body
+        self.bounds = bounds
         self.input = input_items
         self.policy = policy
         self.caches = caches
@@ -198,6 +281,11 @@ class _Inspection:
     def run(self) -> Verdict:
         findings: list[Finding] = []
         upstream_only: set[int] = set()
+        if isinstance(self.body.get(MESSAGES), list):
+            # A Chat Completions request sent to a Responses path: `check` reports it so too.
+            findings.append(
+                Finding(None, ENVELOPE, self.policy.action_for(ENVELOPE), param=MESSAGES)
+            )
         for index, item in enumerate(self.input):
             if items.is_envelope(item):
                 call_id = item.get("tool_call_id")
@@ -229,20 +317,30 @@ class _Inspection:
                     findings.append(finding)
                     if finding.action == "strip" and self.pairing.pairs_upstream(finding.call_id):
                         upstream_only.add(index)
+        bounds = self.bounds
         if not findings:
-            return Verdict("forward")
+            return Verdict("forward", bounds=bounds)
         if upstream_only:
             # Stripping an output whose call lives only upstream would leave a dangling call.
             findings = [
                 replace(f, action="block") if f.index in upstream_only else f for f in findings
             ]
         if any(f.action == "block" for f in findings):
-            return Verdict("block", tuple(findings))
+            return Verdict("block", tuple(findings), bounds=bounds)
+        without = frozenset(
+            f.param for f in findings if f.action == "strip" and f.param is not None
+        )
+        # A body without an `input` list (a Chat Completions one) is given none.
+        changed = self.changed(findings) if isinstance(self.body.get("input"), list) else None
+        if isinstance(changed, _TooLarge):
+            verdict = Verdict("rewrite", tuple(findings), bounds=bounds)
+            said = over_limit(verdict, f"more than {changed.size}", changed.limit)
+            return verdict.blocked(said)
         if any(f.action == "strip" for f in findings):
-            return Verdict("strip", tuple(findings), self.changed(findings))
+            return Verdict("strip", tuple(findings), changed, bounds, without)
         if any(f.action == "rewrite" for f in findings):
-            return Verdict("rewrite", tuple(findings), self.changed(findings))
-        return Verdict("forward", tuple(findings))
+            return Verdict("rewrite", tuple(findings), changed, bounds)
+        return Verdict("forward", tuple(findings), bounds=bounds)
 
     def finding(
         self,
@@ -324,7 +422,12 @@ class _Inspection:
             failed = self.finding(
                 index, call_id, reason.reason, paired_index, name, reason.fail, arguments
             )
-            return replace(failed, passed=reason.passed, item_type=reason.item_type)
+            return replace(
+                failed,
+                passed=reason.passed,
+                item_type=reason.item_type,
+                fail_omitted=reason.fail_omitted,
+            )
         found = self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
         emitted = self.recorded.emitted_statuses(call) if reason == "status" else ()
         return replace(found, detail=detail_of(reason, call, emitted))
@@ -355,7 +458,11 @@ class _Inspection:
             call, output, self.caches.portable, self.allowance, self.steps
         )
         if unportable is not None:
-            return Failed(NOT_PORTABLE, unportable[1], item_type=unportable[0])
+            item_type, fail = unportable
+            cap = self.bounds.max_violations
+            return Failed(
+                NOT_PORTABLE, fail[:cap], fail_omitted=max(len(fail) - cap, 0), item_type=item_type
+            )
         if status is None and emitted:
             # A call replayed without its status is judged by the status the proxy relayed it
             # with; when it was relayed with several, by none of them.
@@ -371,7 +478,9 @@ class _Inspection:
         schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
         if not schemas and recorded:
             schemas, key = self.recorded_schemas(call.get(items.RECORDED_SCHEMAS))
-        cached = judged_arguments(arguments, schemas, key, self.caches, self.allowance)
+        cached = judged_arguments(
+            arguments, schemas, key, self.caches, self.allowance, self.bounds.max_violations
+        )
         if cached == "ok":
             return None
         return Failed(*cached) if isinstance(cached, tuple) else cached
@@ -410,16 +519,24 @@ class _Inspection:
                 self.request_schemas.setdefault(tool_name, []).append(parameters)
         return [self.compile(parameters) for parameters in self.request_schemas.get(name, ())]
 
-    def changed(self, findings: list[Finding]) -> list[Any]:
-        """The input as it goes upstream: stripped pairs gone, rewritten outputs replaced by a
-        copy whose `output` is the failure record (the call, wherever it is, stays as it was:
-        a rewritten output never dangles, so a rewrite never escalates)."""
+    def changed(self, findings: list[Finding]) -> list[Any] | _TooLarge:
+        """The input as it goes upstream: stripped pairs gone, rewritten outputs rebuilt around
+        the failure record (the call, wherever it is, stays as it was: a rewritten output never
+        dangles, so a rewrite never escalates).
+
+        Past `bounds.max_body_bytes` of failure records alone it stops: such a body is never
+        forwarded, so it is not built either (thousands of records of 40 KB each)."""
         kept = self.stripped(findings)
-        rewritten = {
-            f.index: {**self.input[f.index], "output": failure_output(f)}
-            for f in findings
-            if f.action == "rewrite"
-        }
+        rewritten: dict[int, dict[str, Any]] = {}
+        size = 0
+        limit = self.bounds.max_body_bytes
+        for f in findings:
+            if f.action == "rewrite" and f.index is not None:
+                record = failure_output(f)
+                size += len(record)
+                if limit is not None and size > limit:
+                    return _TooLarge(size, limit)
+                rewritten[f.index] = rewritten_output(self.input[f.index], record)
         if not rewritten:
             return kept
         # Kept items are the input's own objects, in order: a rewritten one is found by identity.
@@ -433,7 +550,7 @@ class _Inspection:
         # stripped output's prefix holds all the others.
         latest: dict[str, int] = {}
         for f in findings:
-            if f.action == "strip":
+            if f.action == "strip" and f.index is not None:
                 removed.add(f.index)
                 if f.reason == FOREIGN_ITEM:
                     # Its outputs go with it, wherever their own findings send them.
@@ -443,20 +560,57 @@ class _Inspection:
         return self.pairing.without(removed, latest)
 
 
+def listed(findings: Sequence[Finding], limit: int) -> tuple[tuple[Finding, ...], int]:
+    """At most `limit` of `findings`, the blocking ones first, kept in input order; and how many
+    are left out."""
+    if len(findings) <= limit:
+        return tuple(findings), 0
+    chosen = sorted(range(len(findings)), key=lambda i: findings[i].action != "block")
+    return tuple(findings[i] for i in sorted(chosen[:limit])), len(findings) - limit
+
+
+def over_limit(verdict: Verdict, size: str, limit: int) -> str:
+    """Why a body the gate changed is blocked instead: it would be `size` bytes, over `limit`."""
+    done = "with its outputs rewritten" if verdict.outcome == "rewrite" else "as the gate left it"
+    return (
+        f"the body {done} would be {size} bytes, over limits.max_body_bytes ({limit}): "
+        "blocked instead"
+    )
+
+
+def rewritten_output(output: Item, record: str) -> dict[str, Any]:
+    """A failing output rebuilt around its failure record: only the fields the spec defines
+    for a function_call_output, in their order, so nothing else of the unverified result
+    (`content`, `result`, ...) travels on."""
+    rebuilt = {
+        key: record if key == "output" else value
+        for key, value in output.items()
+        if key in OUTPUT_FIELDS
+    }
+    rebuilt.setdefault("output", record)
+    return rebuilt
+
+
 def rejection(verdict: Verdict, **extra: Any) -> dict[str, Any]:
     """The API error body for a blocked request (also a WebSocket error event's `error`);
-    `extra` adds fields after `findings` (the `request_id`)."""
+    `extra` adds fields after `findings` (the `request_id`). It lists the findings
+    `Verdict.listed` keeps, and `findings_omitted` when it left some out."""
     blocking = [f for f in verdict.findings if f.action == "block"] or list(verdict.findings)
     first = blocking[0]
     message = first.describe()
+    if verdict.note is not None:
+        message = f"{verdict.note}. {message}"
     if len(verdict.findings) > 1:
         message += f" (and {len(verdict.findings) - 1} more finding"
         message += "s)" if len(verdict.findings) > 2 else ")"
+    listed, omitted = verdict.listed()
+    counted = {"findings_omitted": omitted} if omitted else {}
     return error_document(
         "invalid_request_error",
         "replay_rejected",
         message,
-        f"input[{first.index}]",
-        findings=[f.as_dict() for f in verdict.findings],
+        first.where,
+        findings=[f.as_dict() for f in listed],
+        **counted,
         **extra,
     )

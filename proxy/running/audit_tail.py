@@ -18,6 +18,8 @@ def describe_finding(finding: dict[str, Any]) -> str:
     """The finding as one sentence: its own `message` when the record carries one."""
     if "output_index" in finding:  # the model's own call, in the response's output (door 2)
         where = f"output[{shown(key(finding.get('output_index')))}]"
+    elif finding.get("index") is None and isinstance(finding.get("param"), str):
+        where = shown(key(finding["param"]))  # the body's own member: a `messages` envelope
     else:
         where = f"input[{shown(key(finding.get('index')))}]"
     call_id = finding.get("call_id")

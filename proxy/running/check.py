@@ -11,7 +11,7 @@ from typing import Any
 
 from proxy.gate import items
 from proxy.gate.caches import GateCaches
-from proxy.gate.messages import message
+from proxy.gate.messages import CHAT_BODY, message
 from proxy.gate.pairing import NOTHING_RECORDED, Recorded
 from proxy.gate.policy import Outcome, Policy
 from proxy.gate.schemas import Violation
@@ -30,10 +30,6 @@ _ARGUMENT_REASONS = frozenset(
 
 # The reasons a request can have offline only because its calls are in the proxy's ledger.
 _IN_THE_LEDGER = frozenset({"orphan", "unknown_reference", "provenance"})
-_CHAT = (
-    "a Chat Completions body (messages, not input): the proxy gates Open Responses requests, "
-    "and sent as input its tool calls and tool results are envelope items"
-)
 
 
 @dataclass(frozen=True)
@@ -91,7 +87,9 @@ class Checker:
             notes = ("an input_items list, read newest first (the API's default order)",)
         reported = []
         for f in verdict.findings:
-            if document.kind == "input_items":
+            if f.index is None:
+                where = f.where  # the body's own member: a `messages` envelope
+            elif document.kind == "input_items":
                 index = size - 1 - f.index if document.reversed else f.index
                 where = f"data[{index}]"
             else:
@@ -123,8 +121,8 @@ class Checker:
             if f.reason == "envelope"
         ]
         if not reported:
-            whole = Finding(0, "envelope", self.policy.action_for("envelope"))
-            reported.append(Reported(_via(document, "messages"), whole, _CHAT))
+            whole = Finding(None, "envelope", self.policy.action_for("envelope"), param="messages")
+            reported.append(Reported(_via(document, whole.where), whole, message(whole)))
         calls = []
         for i, item in enumerate(messages):
             tool_calls = item.get("tool_calls") if isinstance(item, dict) else None
@@ -137,7 +135,7 @@ class Checker:
             document,
             _strictest([*(r.finding for r in reported), *(r.finding for r in judged.reported)]),
             (*reported, *judged.reported),
-            (_CHAT,),
+            (CHAT_BODY,),
         )
 
     def calls(self, document: Document, calls: Sequence[tuple[str, Any]], tools: Any) -> Checked:
@@ -182,7 +180,11 @@ class Checker:
             if finding is None:
                 notes.append(f"a finding that is not one the proxy writes: {_shown(recorded)}")
                 continue
-            where = f"{'output' if emitted else 'input'}[{finding.index}]"
+            where = (
+                finding.where
+                if finding.index is None
+                else f"{'output' if emitted else 'input'}[{finding.index}]"
+            )
             if (
                 finding.reason in _ARGUMENT_REASONS
                 and "arguments" in recorded
@@ -258,7 +260,10 @@ def _recorded_finding(recorded: Any, policy: Policy) -> Finding | None:
     if not isinstance(recorded, dict):
         return None
     index, reason = recorded.get("index"), recorded.get("reason")
-    if not isinstance(index, int) or isinstance(index, bool) or not isinstance(reason, str):
+    param = recorded.get("param")
+    # A finding about the body itself (`messages`) has no index, and says where in `param`.
+    placed = isinstance(index, int) or (index is None and isinstance(param, str))
+    if not placed or isinstance(index, bool) or not isinstance(reason, str):
         return None
     call_id, name = recorded.get("call_id"), recorded.get("name")
     paired = recorded.get("paired_index")
@@ -277,7 +282,8 @@ def _recorded_finding(recorded: Any, policy: Policy) -> Finding | None:
     )
     passed = recorded.get("pass")
     reference = recorded.get("id")
-    return Finding(
+    omitted = recorded.get("fail_omitted")
+    found = Finding(
         index,
         reason,
         policy.action_for(reason),
@@ -288,6 +294,11 @@ def _recorded_finding(recorded: Any, policy: Policy) -> Finding | None:
         recorded.get("arguments"),
         reference if isinstance(reference, str) else None,
         tuple(p for p in passed if isinstance(p, str)) if isinstance(passed, list) else (),
+    )
+    return replace(
+        found,
+        fail_omitted=omitted if isinstance(omitted, int) and not isinstance(omitted, bool) else 0,
+        param=param if isinstance(param, str) else None,
     )
 
 

@@ -181,6 +181,8 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
             {
                 "max_body_bytes": {"type": "integer", "minimum": 1},
                 "body_timeout_s": _SECONDS,
+                "max_findings": {"type": "integer", "minimum": 1},
+                "max_violations": {"type": "integer", "minimum": 1},
             }
         ),
         "admin": _object(
@@ -268,8 +270,13 @@ MEANINGS: dict[str, str] = {
     "ledger.fail_open": "true: an unknown previous response or a ledger fault lets an unpaired "
     "output through; false: orphan, and a fault is a 503 ledger_unavailable",
     "ledger.whole_items": "keep responses' items whole (needed by routes' materialize: true)",
-    "limits.max_body_bytes": "the largest gated body, after content decoding (else 413)",
+    "limits.max_body_bytes": "the largest gated body, after content decoding (else 413) and "
+    "after strip or rewrite (else blocked)",
     "limits.body_timeout_s": "a gated body must arrive whole this long after its head (else 408)",
+    "limits.max_findings": "findings listed per blocked answer, audit record, WebSocket error "
+    "(the rest counted)",
+    "limits.max_violations": "fail entries listed per finding and failure record (the rest "
+    "counted)",
     "admin.listen.host": "set: the admin endpoints (/-/...) are served here only, without a key",
     "admin.listen.port": "the port of admin.listen (0 = any free port, logged at start)",
     "log.format": "the log on stderr: text (for people) | json (one object a line, for shippers)",

@@ -7,13 +7,13 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from proxy.gate.verdict import Finding, Verdict
+from proxy.gate.verdict import MAX_FINDINGS, Finding, Verdict, listed
 
 _OUTCOME_ACTION = {"block": "block", "strip": "strip", "rewrite": "rewrite", "forward": "log"}
 
@@ -50,11 +50,14 @@ class Request:
 
 
 def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> dict[str, Any]:
-    """The audit record of DESIGN.md for a request that had findings (the writer adds `prev`)."""
+    """The audit record of DESIGN.md for a request that had findings (the writer adds `prev`):
+    the findings the verdict lists (`Verdict.listed`), and `findings_omitted` when it left
+    some out."""
     body = request.body if isinstance(request.body, dict) else {}
     model = body.get("model")
     previous = body.get("previous_response_id")
-    return {
+    listed, omitted = verdict.listed()
+    entry: dict[str, Any] = {
         "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "event": "replay_rejected",
         "request_id": request.request_id,
@@ -66,8 +69,11 @@ def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> di
         "previous_response_id": previous if isinstance(previous, str) else None,
         "tenant": request.tenant,
         "body_sha256": hashlib.sha256(request.raw).hexdigest(),
-        "findings": [f.as_dict(include_arguments=include_arguments) for f in verdict.findings],
+        "findings": [f.as_dict(include_arguments=include_arguments) for f in listed],
     }
+    if omitted:
+        entry["findings_omitted"] = omitted
+    return entry
 
 
 @dataclass(frozen=True)
@@ -86,19 +92,22 @@ class Relayed:
 def emitted_record(
     relayed: Relayed,
     response: Mapping[str, Any],
-    findings: Iterable[Finding],
+    findings: Sequence[Finding],
     *,
     include_arguments: bool,
+    max_findings: int = MAX_FINDINGS,
 ) -> dict[str, Any]:
     """The record of a response whose function_calls failed their schema (door 2): the
     fields of a rejected replay's, `model` and `previous_response_id` the response's, its
     `response_id`, and each finding's `output_index` (its `index` too). The answer was relayed
-    as it came: the action is `log`."""
+    as it came: the action is `log`. At most `max_findings` findings are listed, as
+    `Verdict.listed` chooses them, with `findings_omitted` when some are left out."""
     model = response.get("model")
     previous = response.get("previous_response_id")
     response_id = response.get("id")
     raw = relayed.raw
-    return {
+    shown, omitted = listed(findings, max_findings)
+    entry: dict[str, Any] = {
         "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "event": "emitted_call_rejected",
         "request_id": relayed.request_id,
@@ -113,9 +122,12 @@ def emitted_record(
         "response_id": response_id if isinstance(response_id, str) else None,
         "findings": [
             {**f.as_dict(include_arguments=include_arguments), "output_index": f.index}
-            for f in findings
+            for f in shown
         ],
     }
+    if omitted:
+        entry["findings_omitted"] = omitted
+    return entry
 
 
 class AuditLog:

@@ -21,6 +21,7 @@ from proxy.extproc.exchange import Exchange, Front
 from proxy.extproc.service import open_front
 from proxy.running.config_file import parse_config
 from tests.builders import (
+    AMPLIFYING,
     clean_body,
     failing_body,
     request_body,
@@ -308,6 +309,19 @@ async def test_request_body(
         0
     ] == ("continue")
     assert described(await exchange.answer(body_message(data))) == expected
+
+
+async def test_an_amplifying_body_gets_a_bounded_answer(front: Front) -> None:
+    # The admission's caps hold behind Envoy too: its answer is the pipeline's.
+    exchange = Exchange(front)
+    await exchange.answer(headers_message("POST", "/v1/responses"))
+    response = await exchange.answer(body_message(AMPLIFYING))
+
+    immediate = response.immediate_response
+    assert immediate.status.code == 400
+    assert len(immediate.body) < 256 * 1024
+    [finding] = json.loads(immediate.body)["error"]["findings"]
+    assert (len(finding["fail"]), finding["fail_omitted"]) == (20, 5980)
 
 
 ANSWERS = [

@@ -80,6 +80,19 @@ SALES = "input[2] (call_id call_1) get_latest_sales_report"
             id="control-characters-escaped",
         ),
         pytest.param(
+            Entry(
+                "a",
+                1,
+                audit_record(
+                    "t",
+                    {"index": None, "reason": "envelope", "param": "messages", "message": "chat"},
+                    tenant=None,
+                ),
+            ),
+            ["t block req_1 /v1/responses: messages: chat"],
+            id="a-chat-completions-body",
+        ),
+        pytest.param(
             Entry("a", 1, {"findings": []}),
             ["(none) (none) (none) (none) (none): no findings"],
             id="bare-record",

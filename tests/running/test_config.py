@@ -56,6 +56,8 @@ ledger:
   fail_open: true
 limits:
   max_body_bytes: 1024
+  max_findings: 7
+  max_violations: 3
 """
 
 
@@ -85,7 +87,7 @@ def test_every_key(tmp_path: Path) -> None:
         timeout_s=0.5,
         fail_open=True,
     )
-    assert config.limits == Limits(max_body_bytes=1024)
+    assert config.limits == Limits(max_body_bytes=1024, max_findings=7, max_violations=3)
 
 
 def test_pinned_tools_are_compiled_and_used(tmp_path: Path) -> None:
@@ -245,6 +247,14 @@ MISTAKES = [
     ),
     pytest.param(
         {"limits": {"max_body_bytes": 0}}, "limits.max_body_bytes: 0 is less", id="max-body-0"
+    ),
+    pytest.param(
+        {"limits": {"max_findings": 0}}, "limits.max_findings: 0 is less", id="max-findings-0"
+    ),
+    pytest.param(
+        {"limits": {"max_violations": "20"}},
+        "limits.max_violations: '20' is not of type 'integer'",
+        id="max-violations-string",
     ),
     pytest.param(
         {"gate": {"schema_limits": {"max_depth": 0}}},

@@ -12,6 +12,7 @@ import pytest
 
 from tests.builders import (
     AUDIT_FIELDS,
+    CHAT_MESSAGES,
     ENCODE,
     FINDING,
     JSON_HEADERS,
@@ -154,3 +155,56 @@ async def test_any_blocking_finding_blocks_and_every_finding_is_listed(
     [record] = audit_records(tmp_path)
     assert record["action"] == "block"
     assert record["findings"] == [FINDING, orphan]
+
+
+async def test_a_chat_completions_body_on_a_responses_path_is_blocked(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    base = await start_proxy(recording_upstream.url)
+    body = {"model": "m", "messages": CHAT_MESSAGES}
+
+    async with client.post(base + "/v1/responses", json=body) as resp:
+        assert resp.status == 400
+        assert resp.headers["x-should-retry"] == "false"
+        error = (await resp.json())["error"]
+
+    assert recording_upstream.received == []
+    assert (error["code"], error["param"]) == ("replay_rejected", "messages")
+    [finding] = error["findings"]
+    assert (finding["reason"], finding["param"], finding["index"]) == ("envelope", "messages", None)
+    [record] = audit_records(tmp_path)
+    assert (record["action"], record["findings"]) == ("block", error["findings"])
+
+
+@pytest.mark.parametrize(
+    ("action", "gate_header", "forwarded"),
+    [
+        pytest.param("strip", "stripped=1", {"model": "m", "input": "hi"}, id="strip-drops-it"),
+        pytest.param(
+            "log",
+            "logged=1",
+            {"model": "m", "messages": CHAT_MESSAGES, "input": "hi"},
+            id="log-forwards-it",
+        ),
+    ],
+)
+async def test_a_chat_completions_body_under_other_actions(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+    action: str,
+    gate_header: str,
+    forwarded: dict[str, object],
+) -> None:
+    base = await start_proxy(recording_upstream.url, gate={"actions": {"envelope": action}})
+    body = {"model": "m", "messages": CHAT_MESSAGES, "input": "hi"}
+
+    async with client.post(base + "/v1/responses", json=body) as resp:
+        assert resp.status == 200
+        assert resp.headers["x-replay-gate"] == gate_header
+
+    [got] = recording_upstream.received
+    assert got.json() == forwarded

@@ -99,6 +99,32 @@ async def test_rewrite_forwards_the_pair_with_the_failure_record(
     )
 
 
+async def test_rewrite_forwards_only_the_outputs_own_fields(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+) -> None:
+    base = await start_proxy(recording_upstream.url, gate={"action": "rewrite"})
+    failing = sales_output("call_1", "secret result") | {
+        "id": "fco_1",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "secret content"}],
+        "result": {"rows": "secret rows"},
+    }
+    body = request_body(sales_call("call_1", "mars"), failing)
+
+    async with client.post(base + "/v1/responses", json=body) as resp:
+        assert resp.status == 200
+        assert resp.headers["x-replay-gate"] == "rewritten=1"
+
+    [got] = recording_upstream.received
+    rewritten = got.json()["input"][-1]
+    assert list(rewritten) == ["type", "call_id", "output", "id", "status"]
+    assert rewritten["id"] == "fco_1"
+    assert json.loads(rewritten["output"]) == RECORD
+    assert b"secret" not in got.body
+
+
 @pytest.mark.parametrize(
     ("action", "status", "gate_header"),
     [
