@@ -394,7 +394,7 @@ async def _inspect(
     metrics.verdict_cache.set(len(caches.verdicts))
     if verdict.findings:
         for finding in verdict.findings:
-            metrics.findings.labels(finding.reason, finding.action).inc()
+            metrics.found(finding.reason, finding.action, finding.name, gate.pinned)
         try:
             audit_log.write(
                 audit.Request(
