@@ -193,7 +193,7 @@ async def admit(
         if len(data) > limit:
             verdict = verdict.blocked(over_limit(verdict, str(len(data)), limit))
     if verdict.findings:
-        _audit(request, asked, verdict, audit_log, metrics, upstream)
+        _audit(request, asked, verdict, audit_log, metrics, upstream, policy)
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
         metrics.count(label, "block", upstream)
@@ -430,10 +430,12 @@ def _audit(
     audit_log: AuditLog,
     metrics: Metrics,
     upstream: str,
+    gate: Policy,
 ) -> None:
-    """Count and record the findings of a request (`asked`: its body as the client sent it)."""
+    """Count and record the findings of a request (`asked`: its body as the client sent it);
+    a finding's tool is named in the metrics when `gate` pins it."""
     for finding in verdict.findings:
-        metrics.findings.labels(finding.reason, finding.action).inc()
+        metrics.found(finding.reason, finding.action, finding.name, gate.pinned)
     try:
         audit_log.write(
             audit.Request(

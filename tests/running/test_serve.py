@@ -46,20 +46,22 @@ class Proxy:
         return await asyncio.wait_for(self.process.wait(), timeout=30)
 
 
-async def start(*args: str, listeners: int = 1) -> Proxy:
-    """Start `replay-proxy serve` and return once `listeners` processes (one per worker) have
-    said where they listen."""
+async def start(
+    *args: str, listeners: int = 1, port: str | None = "0", env: dict[str, str] | None = None
+) -> Proxy:
+    """Start `replay-proxy serve` (on `--port port`, unless None) and return once `listeners`
+    processes (one per worker) have said where they listen."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "proxy",
         "serve",
-        "--port",
-        "0",
+        *(["--port", port] if port is not None else []),
         *args,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
         cwd=REPO,
+        env=env,
     )
     assert process.stderr is not None
     seen = []

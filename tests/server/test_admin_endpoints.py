@@ -6,7 +6,17 @@ from typing import Any
 
 import aiohttp
 
-from tests.builders import at, clean_body, failing_body
+from tests.builders import (
+    SALES_SCHEMA,
+    SALES_TOOL,
+    at,
+    clean_body,
+    failing_body,
+    request_body,
+    sales_call,
+    sales_output,
+    tool,
+)
 from tests.fixture_types import ProxyFactory
 from tests.server.checks import metric, scrape
 from tests.servers.recording import RecordingUpstream
@@ -55,7 +65,8 @@ async def test_metrics_count_requests_findings_gate_time_and_streams(
         == 1
     )
     findings = "replay_proxy_findings_total"
-    assert metric(text, findings, reason="arguments_schema", action="block") == 2
+    labels = {"reason": "arguments_schema", "action": "block", "tool": "(unpinned)"}
+    assert metric(text, findings, **labels) == 2
     assert "# TYPE replay_proxy_gate_seconds histogram" in text
     assert metric(text, "replay_proxy_gate_seconds_count") == 3
     assert metric(text, "replay_proxy_gate_seconds_bucket", le="+Inf") == 3
@@ -75,3 +86,38 @@ async def test_verdict_cache_gauge_counts_what_the_gate_remembers(
             await resp.read()
 
     assert metric(await scrape(client, base), "replay_proxy_verdict_cache_entries") == 2
+
+
+async def test_findings_name_the_tool_only_when_the_config_pins_it(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    """A tool the request declares is the client's to name: it is counted as `(unpinned)`; a
+    finding about no call (an orphan output) as `-`."""
+    base = await start_proxy(
+        recording_upstream.url,
+        gate={"action": "log"},
+        tools={"get_latest_sales_report": SALES_SCHEMA},
+    )
+    unpinned = tool({"type": "object", "required": ["x"]}, name="made_up_by_the_client")
+    bodies = [
+        failing_body(),
+        request_body(sales_output("call_9")),
+        request_body(
+            sales_call("call_2") | {"name": "made_up_by_the_client"},
+            sales_output("call_2"),
+            tools=[SALES_TOOL, unpinned],
+        ),
+    ]
+    for body in bodies:
+        async with client.post(at(base, "/v1/responses"), json=body) as resp:
+            assert resp.status == 200
+            assert resp.headers["x-replay-gate"] == "logged=1"
+
+    text = await scrape(client, base)
+    findings = "replay_proxy_findings_total"
+    pinned = {"reason": "arguments_schema", "action": "log", "tool": "get_latest_sales_report"}
+    assert metric(text, findings, **pinned) == 1
+    assert metric(text, findings, reason="orphan", action="log", tool="-") == 1
+    assert metric(text, findings, **(pinned | {"tool": "(unpinned)"})) == 1
+    assert "made_up_by_the_client" not in text
+    assert len(recording_upstream.received) == 3

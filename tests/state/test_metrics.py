@@ -76,7 +76,7 @@ def test_histograms_reach_the_timeouts_they_time() -> None:
 def test_no_created_series() -> None:
     metrics = Metrics()
     metrics.requests.labels("responses", "forward", "default").inc()
-    metrics.findings.labels("orphan", "block").inc()
+    metrics.found("orphan", "block", None, ())
     metrics.gate_seconds.observe(0.001)
     metrics.ledger_faults.labels("read").inc()
 
