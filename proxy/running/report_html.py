@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from html import escape
@@ -39,6 +40,7 @@ OTHER = "#bbbbbb"
 CHART_W, CHART_H = 1100, 300
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 12, 48
 MAX_X_LABELS = 12
+LABEL_CHAR_W = 6.5
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
@@ -151,7 +153,10 @@ def time_chart(summary: Summary) -> str:
             f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">'
             f"{tick:g}</text>"
         )
-    every = max(1, -(-len(summary.timeline) // MAX_X_LABELS))
+    # Every how many bars a label fits beside the next (at about LABEL_CHAR_W a character).
+    widest = max((len(chart_label(summary, start)) for start, _ in summary.timeline), default=0)
+    label_w = widest * LABEL_CHAR_W + 12
+    every = max(1, -(-len(summary.timeline) // MAX_X_LABELS), math.ceil(label_w / slot))
     for i, (start, counts) in enumerate(summary.timeline):
         x = LEFT + i * slot + (slot - bar) / 2
         y = TOP + plot_h
@@ -165,8 +170,9 @@ def time_chart(summary: Summary) -> str:
                 f"{_e(shown(reason))} {n}</title></rect>"
             )
         if i % every == 0:
+            middle = min(x + bar / 2, CHART_W - label_w / 2)  # the last one inside the canvas
             out.append(
-                f'<text x="{x + bar / 2:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" '
+                f'<text x="{middle:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" '
                 f'font-size="11">{_e(label)}</text>'
             )
     out.append(
