@@ -157,6 +157,7 @@ def time_chart(summary: Summary) -> str:
     widest = max((len(chart_label(summary, start)) for start, _ in summary.timeline), default=0)
     label_w = widest * LABEL_CHAR_W + 12
     every = max(1, -(-len(summary.timeline) // MAX_X_LABELS), math.ceil(label_w / slot))
+    labelled = -label_w  # where the last label was written
     for i, (start, counts) in enumerate(summary.timeline):
         x = LEFT + i * slot + (slot - bar) / 2
         y = TOP + plot_h
@@ -169,8 +170,9 @@ def time_chart(summary: Summary) -> str:
                 f'fill="{colour.get(reason, OTHER)}"><title>{_e(label)}: '
                 f"{_e(shown(reason))} {n}</title></rect>"
             )
-        if i % every == 0:
-            middle = min(x + bar / 2, CHART_W - label_w / 2)  # the last one inside the canvas
+        middle = min(x + bar / 2, CHART_W - label_w / 2)  # the last one inside the canvas
+        if i % every == 0 and middle - labelled >= label_w:
+            labelled = middle
             out.append(
                 f'<text x="{middle:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" '
                 f'font-size="11">{_e(label)}</text>'
