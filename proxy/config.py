@@ -77,6 +77,8 @@ class Config:
     ledger: Ledger = field(default_factory=Ledger)
     limits: Limits = field(default_factory=Limits)
     clients: tuple[Client, ...] = ()
+    # Tenant fingerprint (`t_...`, as in the audit log) -> a name, for `audit report`.
+    tenants: Mapping[str, str] = field(default_factory=dict)
     admin: Admin = field(default_factory=Admin)
     log: Log = field(default_factory=Log)
     tracing: Tracing = field(default_factory=Tracing)

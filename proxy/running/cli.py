@@ -32,7 +32,16 @@ from proxy.running.config_file import iter_defaults, load_config
 from proxy.running.config_review import iter_unreachable, iter_warnings
 from proxy.running.documents import WRAPPERS, iter_documents
 from proxy.running.documents import Unreadable as UnreadableInput
-from proxy.running.report import Entry, Unreadable, iter_entries, render_text, summarize
+from proxy.running.report import (
+    Entry,
+    Unreadable,
+    find_records,
+    iter_entries,
+    read_judged,
+    render_record,
+    render_text,
+    summarize,
+)
 from proxy.running.report_html import render_html
 from proxy.settings import LOG_FORMATS, ConfigError, listen_problem
 from proxy.state.audit import GENESIS, verify
@@ -150,6 +159,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = audit_commands.add_parser("report", help="sum up audit files: reasons, tools, time")
     report.add_argument("files", nargs="+", metavar="FILE", help="any order, rotated ones too")
     report.add_argument("--html", metavar="OUT", help="write one self-contained HTML page instead")
+    report.add_argument(
+        "--config", metavar="FILE", help="a proxy config: its tenants: names the fingerprints"
+    )
+    report.add_argument(
+        "--metrics",
+        metavar="FILE",
+        help="a saved scrape of /-/metrics: the requests judged, and the rejection rate",
+    )
+    report.add_argument(
+        "--request-id", metavar="ID", help="print the record(s) of this request id instead"
+    )
 
     tail = audit_commands.add_parser("tail", help="print audit records as readable lines")
     tail.add_argument("file", metavar="FILE")
@@ -166,7 +186,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "audit" and args.audit_command == "tail":
         return run_audit_tail(args.file, args.lines, follow=args.follow)
     if args.command == "audit" and args.audit_command == "report":
-        return run_audit_report(args.files, html=args.html)
+        return run_audit_report(
+            args.files,
+            html=args.html,
+            config=args.config,
+            metrics=args.metrics,
+            request_id=args.request_id,
+        )
     if args.command == "audit":
         return run_audit_verify(args.files, args.prev)
     if args.command == "extproc":
@@ -599,9 +625,16 @@ def run_audit_verify(paths: Sequence[str], start: str) -> int:
     return 0
 
 
-def run_audit_report(paths: Sequence[str], *, html: str | None = None) -> int:
+def run_audit_report(
+    paths: Sequence[str],
+    *,
+    html: str | None = None,
+    config: str | None = None,
+    metrics: str | None = None,
+    request_id: str | None = None,
+) -> int:
     """Exit 0 when every line was a record, 1 when some were not (named, the rest counted),
-    2 when a file cannot be read."""
+    2 when a file cannot be read. With `request_id`: 0 when a record has it, 1 when none has."""
     names = ["<stdin>" if path == "-" else path for path in paths]
     entries: list[Entry | Unreadable] = []
     for path, name in zip(paths, names, strict=True):
@@ -611,7 +644,26 @@ def run_audit_report(paths: Sequence[str], *, html: str | None = None) -> int:
         except OSError as exc:
             print(f"replay-proxy: {name}: cannot read: {exc.strerror}", file=sys.stderr)  # noqa: T201
             return 2
-    summary = summarize(names, entries)
+    if request_id is not None:
+        found = [render_record(entry) for entry in find_records(entries, request_id)]
+        sys.stdout.write("".join(found))
+        if not found:
+            print(f"replay-proxy: no record has request_id {request_id!r}", file=sys.stderr)  # noqa: T201
+        return 0 if found else 1
+    try:
+        tenants = load_config(config).tenants if config is not None else {}
+        judged = None
+        if metrics is not None:
+            with open(metrics, encoding="utf-8") as scrape:
+                judged = read_judged(metrics, scrape.read())
+    except ConfigError as exc:
+        say(exc.problems)
+        return 2
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        print(f"replay-proxy: {metrics}: --metrics: {reason}", file=sys.stderr)  # noqa: T201
+        return 2
+    summary = summarize(names, entries, tenants=tenants, judged=judged)
     if html is None:
         sys.stdout.write(render_text(summary))
     else:

@@ -81,6 +81,8 @@ _TOOLS = {"type": "object", "additionalProperties": {"type": ["object", "boolean
 
 # An upstream's name: it labels metrics and audit records.
 _NAME = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# A tenant's fingerprint, as the audit log writes it (proxy.state.audit.tenant_of).
+_FINGERPRINT = "^t_[0-9a-f]{16}$"
 # A header name (RFC 9110 §5.6.2 token).
 _TOKEN = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 
@@ -156,6 +158,11 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 ),
                 "required": ["name", "key_sha256"],
             },
+        },
+        "tenants": {
+            "type": "object",
+            "propertyNames": {"pattern": _FINGERPRINT},
+            "additionalProperties": {"type": "string", "minLength": 1},
         },
         "audit": _object(
             {
@@ -254,6 +261,8 @@ MEANINGS: dict[str, str] = {
     "tools": "tool name -> pinned JSON Schema, or the tool itself (Responses, Chat Completions "
     "or MCP shape, named as its key); wins over the request's tools",
     "clients": "[{name, key_sha256}]: only these keys get through (else 401); name = tenant",
+    "tenants": "tenant fingerprint (t_..., as in the audit log) -> name: `audit report "
+    "--config` shows the name beside it",
     "audit.path": '"-" = stdout, else a JSONL file appended to',
     "audit.include_arguments": "findings carry the raw arguments of the paired call",
     "audit.max_bytes": "rotate the file to <path>.1 (...5) past this size; the chain continues",
@@ -413,7 +422,12 @@ def _build(data: dict[str, Any], problems: list[str]) -> Config | None:
         return None
     try:
         return Config(
-            gate=policy, clients=clients, upstreams=upstreams, routes=tuple(routes), **sections
+            gate=policy,
+            clients=clients,
+            tenants=dict(data.get("tenants", {})),
+            upstreams=upstreams,
+            routes=tuple(routes),
+            **sections,
         )
     except ConfigError as exc:
         problems.extend(exc.problems)
@@ -611,6 +625,11 @@ def _where(error: jsonschema.ValidationError) -> str:
 def _explain(error: jsonschema.ValidationError) -> str:
     where = _where(error)
     # A propertyNames failure reports the inner keyword (`enum`) with the property as instance.
+    if "propertyNames" in error.relative_schema_path and where == "tenants":
+        return (
+            f"tenants.{error.instance}: not a tenant fingerprint (t_ and 16 hex digits, as the "
+            "audit log's tenant)"
+        )
     if "propertyNames" in error.relative_schema_path and error.validator == "pattern":
         return (
             f"{where}.{error.instance}: not a name for an upstream (letters, digits, `_`, `-`, "

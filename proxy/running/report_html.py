@@ -1,11 +1,27 @@
-"""The audit report as one self-contained HTML page: inline CSS and SVG, no script, no fetch."""
+"""The audit report as one self-contained HTML page: inline CSS, SVG and script, no fetch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timedelta
 from html import escape
 
-from proxy.running.report import EMITTED, NONE, Summary, Tally, bucket_label, iso, shown
+from proxy.running.report import (
+    EMITTED,
+    MAX_LISTED,
+    NONE,
+    Entry,
+    Summary,
+    Tally,
+    bucket_label,
+    iso,
+    key,
+    percent,
+    shown,
+    timestamp,
+)
 
 # Colour-blind-safe (Okabe-Ito, then Tableau) colours, given to the reasons in rank order.
 PALETTE = (
@@ -24,6 +40,7 @@ OTHER = "#bbbbbb"
 CHART_W, CHART_H = 1100, 300
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 12, 48
 MAX_X_LABELS = 12
+LABEL_CHAR_W = 6.5
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
@@ -39,6 +56,45 @@ td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
   vertical-align: -1px; }
 .note { color: #666; }
 code { font-size: 13px; }
+.figures { display: flex; flex-wrap: wrap; gap: 12px; margin: 14px 0; }
+.figure { border: 1px solid #ddd; border-radius: 6px; padding: 8px 14px; min-width: 110px; }
+.figure strong { display: block; font-size: 26px; font-variant-numeric: tabular-nums; }
+.figure span { color: #555; font-size: 13px; }
+.figure.alarm strong { color: #b00020; }
+td.msg { max-width: 640px; }
+#find { font: inherit; padding: 4px 8px; width: 360px; }
+#records td { vertical-align: top; }
+#records td.when { white-space: nowrap; }
+#records pre { margin: 4px 0; font-size: 12px; white-space: pre-wrap; max-width: 900px; }
+tr.hit { background: #fff6d5; }
+"""
+
+# The page's one script, a constant (no value of a record is in it): the search box shows only
+# the listed records whose request id contains what is typed (the page's #fragment fills it),
+# opens the record of an exact match and scrolls to the first match.
+SCRIPT = """
+(function () {
+  var box = document.getElementById("find");
+  var list = document.getElementById("records-list");
+  var said = document.getElementById("found");
+  var rows = Array.prototype.slice.call(document.querySelectorAll("#records tbody tr"));
+  function find() {
+    var q = box.value.trim();
+    var hits = 0, first = null;
+    rows.forEach(function (row) {
+      var id = row.getAttribute("data-id");
+      var hit = q !== "" && id.indexOf(q) !== -1;
+      row.hidden = q !== "" && !hit;
+      row.className = hit ? "hit" : "";
+      row.querySelector("details").open = q !== "" && id === q;
+      if (hit) { hits += 1; first = first || row; }
+    });
+    said.textContent = q === "" ? "" : hits + " record(s) with a request id containing " + q;
+    if (first) { list.open = true; first.scrollIntoView(); }
+  }
+  box.addEventListener("input", find);
+  if (location.hash.length > 1) { box.value = decodeURIComponent(location.hash.slice(1)); find(); }
+})();
 """
 
 
@@ -51,17 +107,28 @@ def colours(summary: Summary) -> dict[str | None, str]:
     return {t.key: PALETTE[i] if i < len(PALETTE) else OTHER for i, t in enumerate(summary.reasons)}
 
 
-def _tally_table(title: str, rows: Iterable[Tally]) -> Iterator[str]:
+def _tally_table(
+    title: str, rows: Iterable[Tally], label: Callable[[str | None], str] = shown
+) -> Iterator[str]:
     yield (
         f'<table><tr><th>{_e(title)}</th><th class="n">requests</th>'
         '<th class="n">findings</th></tr>'
     )
     for r in rows:
         yield (
-            f'<tr><td>{_e(shown(r.key))}</td><td class="n">{r.requests}</td>'
+            f'<tr><td>{_e(label(r.key))}</td><td class="n">{r.requests}</td>'
             f'<td class="n">{r.findings}</td></tr>'
         )
     yield "</table>"
+
+
+def chart_label(summary: Summary, start: datetime) -> str:
+    """A bar's label: without the date when every record is of one day and a bar is shorter."""
+    label = bucket_label(start, summary.width)
+    first, last = summary.first, summary.last
+    if first is None or last is None or first.date() != last.date():
+        return label
+    return label.partition(" ")[2] if summary.width < timedelta(days=1) else label
 
 
 def time_chart(summary: Summary) -> str:
@@ -86,11 +153,15 @@ def time_chart(summary: Summary) -> str:
             f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">'
             f"{tick:g}</text>"
         )
-    every = max(1, -(-len(summary.timeline) // MAX_X_LABELS))
+    # Every how many bars a label fits beside the next (at about LABEL_CHAR_W a character).
+    widest = max((len(chart_label(summary, start)) for start, _ in summary.timeline), default=0)
+    label_w = widest * LABEL_CHAR_W + 12
+    every = max(1, -(-len(summary.timeline) // MAX_X_LABELS), math.ceil(label_w / slot))
+    labelled = -label_w  # where the last label was written
     for i, (start, counts) in enumerate(summary.timeline):
         x = LEFT + i * slot + (slot - bar) / 2
         y = TOP + plot_h
-        label = bucket_label(start, summary.bucket)
+        label = chart_label(summary, start)
         for reason, n in counts:
             h = n / top * plot_h
             y -= h
@@ -99,9 +170,11 @@ def time_chart(summary: Summary) -> str:
                 f'fill="{colour.get(reason, OTHER)}"><title>{_e(label)}: '
                 f"{_e(shown(reason))} {n}</title></rect>"
             )
-        if i % every == 0:
+        middle = min(x + bar / 2, CHART_W - label_w / 2)  # the last one inside the canvas
+        if i % every == 0 and middle - labelled >= label_w:
+            labelled = middle
             out.append(
-                f'<text x="{x + bar / 2:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" '
+                f'<text x="{middle:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" '
                 f'font-size="11">{_e(label)}</text>'
             )
     out.append(
@@ -171,6 +244,11 @@ def render_html(summary: Summary) -> str:
             f"<p>from {_e(iso(summary.first))} to {_e(iso(summary.last))}, counted per "
             f"{_e(summary.bucket)} (UTC)</p>"
         )
+    out.append(figures(summary))
+    out.append(
+        '<p><label>Find a record by request id: <input id="find" type="search" '
+        'placeholder="req_…" autocomplete="off"></label> <span id="found" class="note"></span></p>'
+    )
     if summary.undated:
         out.append(
             f'<p class="note">{summary.undated} record(s) without a readable ts: '
@@ -186,19 +264,20 @@ def render_html(summary: Summary) -> str:
     out.append(f"<h2>Findings per {_e(summary.bucket)}, by reason</h2>")
     out.append(_legend(summary))
     out.append(time_chart(summary))
+    out.append("<h2>Reasons, with sample messages</h2>")
+    out.extend(_reasons_table(summary))
     out.append("<h2>Findings per tool</h2>")
     out.append(tool_chart(summary))
     out.append('<h2>Counts</h2><div class="grid">')
     for title, rows in (
-        ("reason", summary.reasons),
         ("tool", summary.tools),
-        ("tenant", summary.tenants),
         ("upstream", summary.upstreams),
         ("action", summary.actions),
         ("event", summary.events),
         ("path", summary.request_paths),
     ):
         out.extend(_tally_table(title, rows))
+    out.extend(_tally_table("tenant", summary.tenants, summary.tenant))
     out.append("</div>")
     wb = summary.would_block
     out.append("<h2>What <code>block</code> would have blocked</h2>")
@@ -252,8 +331,104 @@ def render_html(summary: Summary) -> str:
             )
             out.append("</table>")
         out.append("</div>")
-    out.append(f'<p class="note">{_e(NONE)}: no value in the record.</p></body></html>')
+    out.extend(_records(summary))
+    out.append(f'<p class="note">{_e(NONE)}: no value in the record.</p>')
+    out.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(out) + "\n"
+
+
+def _figure(label: str, value: object, *, alarm: bool = False) -> str:
+    kind = "figure alarm" if alarm else "figure"
+    return f'<div class="{kind}"><strong>{_e(value)}</strong><span>{_e(label)}</span></div>'
+
+
+def figures(summary: Summary) -> str:
+    """The headline figures: what the records count by action, and with a metrics scrape the
+    requests judged and the rejection rate."""
+    h = summary.headline
+    cards = []
+    judged = summary.judged
+    if judged is not None:
+        cards.append(_figure("requests judged", judged.total))
+        cards.append(
+            _figure(
+                f"rejection rate ({judged.blocked} blocked)",
+                percent(judged.blocked, judged.total),
+                alarm=judged.blocked > 0,
+            )
+        )
+    cards += [
+        _figure("requests with findings", h.requests),
+        _figure("blocked", h.blocked, alarm=h.blocked > 0),
+        _figure("stripped", h.stripped),
+        _figure("rewritten", h.rewritten),
+        _figure("logged", h.logged),
+        _figure("would have blocked (log mode)", h.would_block, alarm=h.would_block > 0),
+    ]
+    source = (
+        f'<p class="note">requests judged: from {_e(judged.source)} '
+        "(<code>replay_proxy_requests_total</code> on the gated routes)</p>"
+        if judged is not None
+        else ""
+    )
+    return f'<div class="figures">{"".join(cards)}</div>{source}'
+
+
+def _reasons_table(summary: Summary) -> Iterator[str]:
+    samples = dict(summary.samples)
+    colour = colours(summary)
+    yield (
+        '<table><tr><th>reason</th><th class="n">requests</th><th class="n">findings</th>'
+        "<th>sample messages</th></tr>"
+    )
+    for r in summary.reasons:
+        said = "<br>".join(_e(m) for m in samples.get(r.key, ()))
+        yield (
+            f'<tr><td><i style="display:inline-block;width:10px;height:10px;'
+            f'background:{colour[r.key]}"></i> {_e(shown(r.key))}</td>'
+            f'<td class="n">{r.requests}</td><td class="n">{r.findings}</td>'
+            f'<td class="msg">{said}</td></tr>'
+        )
+    yield "</table>"
+
+
+def _records(summary: Summary) -> Iterator[str]:
+    """The listed records, newest first, that the search box at the top filters."""
+    yield "<h2>Records</h2>"
+    cut = summary.records - len(summary.listed)
+    if cut:
+        yield (
+            f'<p class="note">The newest {MAX_LISTED} records are listed here; '
+            f"<code>replay-proxy audit report --request-id ID</code> finds any.</p>"
+        )
+    yield f'<details id="records-list"><summary>{len(summary.listed)} record(s)</summary>'
+    yield (
+        '<table id="records"><thead><tr><th>ts</th><th>request id</th><th>action</th>'
+        "<th>tenant</th><th>findings</th></tr></thead><tbody>"
+    )
+    yield from (_record_row(summary, entry) for entry in reversed(summary.listed))
+    yield "</tbody></table></details>"
+
+
+def _record_row(summary: Summary, entry: Entry) -> str:
+    rec = entry.record
+    request_id = rec.get("request_id")
+    rid = request_id if isinstance(request_id, str) else shown(None)
+    ts = timestamp(rec.get("ts"))
+    found = [f for f in rec["findings"] if isinstance(f, dict)]
+    said = "<br>".join(
+        _e(f"{shown(key(f.get('reason')))}: {key(f.get('message')) or ''}") for f in found
+    )
+    tenant = rec.get("tenant")
+    event = "" if rec.get("event") != EMITTED else f" ({EMITTED})"
+    action = shown(key(rec.get("action")))
+    return (
+        f'<tr data-id="{_e(rid)}"><td class="when">{_e(iso(ts) if ts else shown(None))}</td>'
+        f'<td class="when"><code>{_e(rid)}</code></td><td>{_e(action)}{event}</td>'
+        f"<td>{_e(summary.tenant(key(tenant)))}</td><td>{said}"
+        f"<details><summary>{_e(entry.file)}:{entry.line}</summary>"
+        f"<pre>{_e(json.dumps(rec, indent=2))}</pre></details></td></tr>"
+    )
 
 
 def _pairs_table(title: str, rows: Iterable[tuple[str | None, int]]) -> Iterator[str]:

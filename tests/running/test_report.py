@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +12,20 @@ import pytest
 
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect
+from proxy.running.config_file import iter_defaults, load_config
 from proxy.running.report import (
+    MAX_BARS,
     Entry,
+    Headline,
     Summary,
     Unreadable,
     iter_entries,
+    read_judged,
     render_text,
     summarize,
 )
 from proxy.running.report_html import render_html
+from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog, Request
 from tests.builders import FINDING, audit_record, failing_body, orphan_finding
 from tests.state.audit_logs import ORPHAN, replay_proxy
@@ -135,19 +140,16 @@ TWO_FINDINGS = audit_record(at(9), sales(), orphan_finding(), tenant="t_a", upst
             id="a-value-not-a-string-is-shown-as-json",
         ),
         pytest.param(
-            [audit_record(at(9)), audit_record(at(11))],
-            lambda s: [(t.hour, [r for r, _ in c]) for t, c in s.timeline],
-            [(9, ["arguments_schema"]), (10, []), (11, ["arguments_schema"])],
+            [audit_record(at(9, day=28)), audit_record(at(20))],
+            lambda s: [(t.hour, [r for r, _ in c]) for t, c in s.timeline][:3],
+            [(9, ["arguments_schema"]), (10, []), (11, [])],
             id="per-hour-with-the-empty-hours",
         ),
         pytest.param(
-            [audit_record(at(9, day=27)), audit_record(at(3, day=30), orphan_finding())],
-            lambda s: (s.bucket, [(t.day, dict(c)) for t, c in s.timeline]),
-            (
-                "day",
-                [(27, {"arguments_schema": 1}), (28, {}), (29, {}), (30, {"orphan": 1})],
-            ),
-            id="per-day-past-two-days",
+            [audit_record(at(9, day=1)), audit_record(at(3, day=30), orphan_finding())],
+            lambda s: (s.bucket, len(s.timeline), dict(s.timeline[0][1]), dict(s.timeline[-1][1])),
+            ("day", 30, {"arguments_schema": 1}, {"orphan": 1}),
+            id="per-day-past-the-ladder",
         ),
         pytest.param(
             [audit_record("2026-11-29T09:00:00+02:00")],
@@ -225,6 +227,212 @@ def test_summary(
     records: list[dict[str, Any]], view: Callable[[Summary], Any], expected: Any
 ) -> None:
     assert view(summarize(["a.jsonl"], entries(*records))) == expected
+
+
+def _ts(seconds: float) -> str:
+    ts = datetime(2026, 11, 29, 9, 0, 0, tzinfo=UTC) + timedelta(seconds=seconds)
+    return ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize(
+    ("span_s", "bucket", "bars"),
+    [
+        pytest.param(0, "second", 1, id="one-record"),
+        pytest.param(6, "second", 7, id="six-second-rollout"),
+        pytest.param(59, "second", 60, id="a-minute-in-seconds"),
+        pytest.param(60, "5 seconds", 13, id="past-sixty-seconds"),
+        pytest.param(600, "15 seconds", 41, id="ten-minutes"),
+        pytest.param(3600, "minute", 61 - 1, id="an-hour-in-minutes"),
+        pytest.param(4 * 3600, "5 minutes", 49, id="four-hours"),
+        pytest.param(12 * 3600, "15 minutes", 49, id="half-a-day"),
+        pytest.param(2 * 86400, "hour", 49, id="two-days"),
+        pytest.param(7 * 86400, "6 hours", 29, id="a-week"),
+        pytest.param(30 * 86400, "day", 31, id="a-month"),
+    ],
+)
+def test_the_time_buckets_fit_the_span(span_s: int, bucket: str, bars: int) -> None:
+    # An hour from 09:00:00 to 09:59:59.9 is 60 minutes; the span's end is its last record.
+    end = span_s - 0.1 if span_s == 3600 else span_s
+    summary = summarize(["a.jsonl"], entries(audit_record(_ts(0)), audit_record(_ts(end))))
+    assert (summary.bucket, len(summary.timeline)) == (bucket, bars)
+    assert len(summary.timeline) <= MAX_BARS
+    # Buckets start on their width's round times (UTC): 09:00:00, 09:05:00, 12:00, midnight.
+    starts = [start for start, _ in summary.timeline]
+    assert all((start - starts[0]) % summary.width == timedelta(0) for start in starts)
+    assert starts[0].hour in {0, 6, 9}
+
+
+def test_the_text_labels_the_buckets_as_precisely_as_their_width() -> None:
+    text = render_text(summarize(["a.jsonl"], entries(audit_record(_ts(0)), audit_record(_ts(6)))))
+    assert "counted per second (UTC)" in text
+    assert "findings per second (UTC)" in text
+    assert "2026-11-29 09:00:06       1  arguments_schema 1" in text
+
+
+LOG = {"action": "log"}
+
+
+@pytest.mark.parametrize(
+    ("records", "expected"),
+    [
+        pytest.param(
+            [
+                audit_record(at(9)),
+                audit_record(at(9), action="strip"),
+                audit_record(at(9), action="rewrite"),
+                audit_record(at(9), **LOG),
+                audit_record(at(9), sales(), orphan_finding(), **LOG),
+            ],
+            Headline(requests=5, blocked=1, stripped=1, rewritten=1, logged=2, would_block=2),
+            id="by-action",
+        ),
+        pytest.param(
+            [audit_record(at(9), event="emitted_call_rejected", **LOG)],
+            Headline(requests=0, blocked=0, stripped=0, rewritten=0, logged=0, would_block=0),
+            id="door-2-never-blocks",
+        ),
+        pytest.param(
+            [
+                audit_record(at(9), {"index": 1}, **LOG),
+                audit_record(at(9), **LOG) | {"findings": ["odd"]},
+            ],
+            Headline(requests=2, blocked=0, stripped=0, rewritten=0, logged=2, would_block=0),
+            id="a-log-record-without-a-reason-would-not-have-blocked",
+        ),
+    ],
+)
+def test_the_headline(records: list[dict[str, Any]], expected: Headline) -> None:
+    summary = summarize(["a.jsonl"], entries(*records))
+    assert summary.headline == expected
+    assert summary.headline.would_block == summary.would_block.requests
+
+
+def test_sample_messages_per_reason_are_distinct_and_few() -> None:
+    records = [
+        audit_record(at(9), sales() | {"message": f"region failed {n % 5}"}) for n in range(20)
+    ]
+    records.append(audit_record(at(9), orphan_finding() | {"message": "no call"}))
+    records.append(audit_record(at(9), orphan_finding()))  # an older record: no message
+    summary = summarize(["a.jsonl"], entries(*records))
+    assert summary.samples == (
+        ("arguments_schema", ("region failed 0", "region failed 1", "region failed 2")),
+        ("orphan", ("no call",)),
+    )
+    text = render_text(summary)
+    assert "sample messages by reason\n  arguments_schema: region failed 0\n" in text
+    assert "  orphan: no call\n" in text
+
+
+SCRAPE = """\
+# HELP replay_proxy_requests_total Requests handled.
+# TYPE replay_proxy_requests_total counter
+replay_proxy_requests_total{route="responses",outcome="forward",upstream="a"} 180.0
+replay_proxy_requests_total{route="responses_compact",outcome="forward",upstream="a"} 10.0
+replay_proxy_requests_total{route="responses",outcome="block",upstream="a"} 6.0
+replay_proxy_requests_total{route="websocket",outcome="block",upstream="b"} 2.0
+replay_proxy_requests_total{route="responses",outcome="strip",upstream="a"} 2.0
+replay_proxy_requests_total{route="passthrough",outcome="forward",upstream="a"} 500.0
+replay_proxy_requests_total{route="any",outcome="unauthorized",upstream="-"} 40.0
+replay_proxy_requests_total{route="responses",outcome="invalid",upstream="-"} 3.0
+replay_proxy_requests_created{route="responses",outcome="block",upstream="a"} 1.7e9
+"""
+
+
+def test_the_metrics_give_the_requests_judged_and_the_rejection_rate(tmp_path: Path) -> None:
+    judged = read_judged("m.txt", SCRAPE)
+    assert (judged.total, judged.blocked) == (200, 8)
+    (tmp_path / "a.jsonl").write_bytes(RECORD)
+    (tmp_path / "m.txt").write_text(SCRAPE)
+    done = replay_proxy(
+        "audit", "report", "--metrics", str(tmp_path / "m.txt"), str(tmp_path / "a.jsonl")
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (
+        f"requests judged: 200 (from {tmp_path / 'm.txt'}); rejection rate 4.00% (8 blocked)"
+        in (done.stdout)
+    )
+    assert "requests with findings: 1 (blocked 1, stripped 0" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("scrape", "said"),
+    [
+        pytest.param("not { a scrape", "not a Prometheus text scrape", id="not-prometheus"),
+        pytest.param("up 1\n", "no replay_proxy_requests_total in it", id="another-service"),
+    ],
+)
+def test_a_scrape_that_is_not_the_proxys_is_exit_2(tmp_path: Path, scrape: str, said: str) -> None:
+    (tmp_path / "a.jsonl").write_bytes(RECORD)
+    (tmp_path / "m.txt").write_text(scrape)
+    done = replay_proxy(
+        "audit", "report", "--metrics", str(tmp_path / "m.txt"), str(tmp_path / "a.jsonl")
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert f"{tmp_path / 'm.txt'}: --metrics: {said}" in done.stderr
+
+
+def test_request_id_prints_its_records(tmp_path: Path) -> None:
+    log = tmp_path / "a.jsonl"
+    mine = audit_record(at(9), request_id="req_mine", tenant="t_\x1b[2J")
+    log.write_bytes(line(audit_record(at(9), request_id="req_other")) + line(mine) + b"junk\n")
+    done = replay_proxy("audit", "report", "--request-id", "req_mine", str(log))
+    assert (done.returncode, done.stderr) == (0, "")
+    where, _, record = done.stdout.partition("\n")
+    assert where == f"{log}:2"
+    assert json.loads(record) == mine
+    assert "\x1b" not in done.stdout  # escaped as JSON writes it: \u001b
+
+    done = replay_proxy("audit", "report", "--request-id", "req_none", str(log))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "no record has request_id 'req_none'" in done.stderr
+
+
+def test_tenants_from_the_config_name_the_fingerprints(tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text("tenants:\n  t_0123456789abcdef: acme\n")
+    assert load_config(config).tenants == {"t_0123456789abcdef": "acme"}
+    log = tmp_path / "a.jsonl"
+    log.write_bytes(RECORD + line(audit_record(at(9), tenant="t_ffffffffffffffff")))
+    done = replay_proxy("audit", "report", "--config", str(config), str(log))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert table(done.stdout, "tenant") == [
+        ["acme", "(t_0123456789abcdef)", "1", "1"],
+        ["t_ffffffffffffffff", "1", "1"],
+    ]
+    html = tmp_path / "r.html"
+    done = replay_proxy("audit", "report", "--config", str(config), "--html", str(html), str(log))
+    assert "<td>acme (t_0123456789abcdef)</td>" in html.read_text()
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "said"),
+    [
+        pytest.param(
+            "tenants:\n  acme: t_0123456789abcdef\n",
+            "tenants.acme: not a tenant fingerprint (t_ and 16 hex digits",
+            id="name-and-fingerprint-swapped",
+        ),
+        pytest.param(
+            "tenants:\n  t_0123456789abcdef: ''\n",
+            "tenants.t_0123456789abcdef: '' should be non-empty",
+            id="empty-name",
+        ),
+    ],
+)
+def test_a_bad_tenants_map_is_named(tmp_path: Path, yaml_text: str, said: str) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    assert said in caught.value.problems[0]
+    (tmp_path / "a.jsonl").write_bytes(RECORD)
+    done = replay_proxy("audit", "report", "--config", str(config), str(tmp_path / "a.jsonl"))
+    assert done.returncode == 2
+    assert said in done.stderr
+
+
+def test_tenants_is_in_the_defaults() -> None:
+    assert "tenants: {}" in "\n".join(iter_defaults())
 
 
 def test_unreadable_lines_are_kept_and_not_counted() -> None:
