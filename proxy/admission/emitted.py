@@ -24,6 +24,7 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.emitted import Emitted, ToolSchemas, emitted_calls, iter_emitted
 from proxy.gate.policy import Policy
 from proxy.gate.schemas import LRU
+from proxy.gate.verdict import Bounds
 from proxy.state.audit import AuditLog, Relayed, emitted_record
 from proxy.state.ledger import Context, Ledger
 from proxy.state.metrics import Metrics
@@ -60,6 +61,8 @@ class EmittedCalls:
     found: list[_Answered] = field(default_factory=list)
     # The policy of the route the last request (or frame) took; None: the config's gate.
     policy: Policy | None = None
+    # What a record lists, as the config in force at that request bounds its verdict.
+    bounds: Bounds = field(default_factory=Bounds)
 
     def add(self, response: Mapping[str, Any], context: Context | None) -> None:
         """A response the tap recorded, with the context of the request that created it."""
@@ -92,7 +95,7 @@ def recording_of(request: Request, decided: Forward, ledger: Ledger, limit: int)
         request.request_id,
         decided.context,
         decided.upstream,
-        EmittedCalls(relayed, policy=decided.policy),
+        EmittedCalls(relayed, policy=decided.policy, bounds=decided.bounds),
     )
 
 
@@ -116,17 +119,17 @@ class EmittedChecks:
         found = calls.take()
         if not found:
             return
-        relayed = calls.relayed
+        relayed, bounds = calls.relayed, calls.bounds
         try:
             judged = [(a, self._schemas(a, policy, caches)) for a in found]
             pending = [s for answered, schemas in judged for s in schemas.pending(answered.calls)]
             if not pending:
-                self._judge_all(relayed, judged)
+                self._judge_all(relayed, judged, bounds)
                 return
         except Exception:
             log.exception("%s checking the calls an upstream emitted failed", relayed.request_id)
             return
-        task = asyncio.create_task(self._check(relayed, judged, pending, policy, caches))
+        task = asyncio.create_task(self._check(relayed, judged, bounds, pending, policy, caches))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -151,6 +154,7 @@ class EmittedChecks:
         self,
         relayed: Relayed,
         judged: list[tuple[_Answered, ToolSchemas]],
+        bounds: Bounds,
         pending: list[Any],
         policy: Policy,
         caches: GateCaches,
@@ -158,13 +162,15 @@ class EmittedChecks:
         try:
             # As at admission: a large schema first seen is compiled off the event loop.
             await asyncio.to_thread(compile_schemas, pending, policy, caches)
-            self._judge_all(relayed, judged)
+            self._judge_all(relayed, judged, bounds)
         except Exception:
             log.exception("%s checking the calls an upstream emitted failed", relayed.request_id)
 
-    def _judge_all(self, relayed: Relayed, judged: list[tuple[_Answered, ToolSchemas]]) -> None:
+    def _judge_all(
+        self, relayed: Relayed, judged: list[tuple[_Answered, ToolSchemas]], bounds: Bounds
+    ) -> None:
         for answered, schemas in judged:
-            self._judge(relayed, answered, schemas)
+            self._judge(relayed, answered, schemas, bounds)
 
     def _schemas(self, answered: _Answered, policy: Policy, caches: GateCaches) -> ToolSchemas:
         """The schemas of the answered request's tools, looked up once per tool set (keyed by
@@ -176,12 +182,19 @@ class EmittedChecks:
             self._tool_sets.put(key, found)
         return found
 
-    def _judge(self, relayed: Relayed, answered: _Answered, schemas: ToolSchemas) -> None:
-        judged = list(iter_emitted(answered.calls, schemas))
+    def _judge(
+        self, relayed: Relayed, answered: _Answered, schemas: ToolSchemas, bounds: Bounds
+    ) -> None:
+        judged = list(iter_emitted(answered.calls, schemas, bounds.max_violations))
         failed = [e.finding for e in judged if e.finding is not None]
         if failed:
-            include = self.audit_log.include_arguments
-            entry = emitted_record(relayed, answered.response, failed, include_arguments=include)
+            entry = emitted_record(
+                relayed,
+                answered.response,
+                failed,
+                include_arguments=self.audit_log.include_arguments,
+                max_findings=bounds.max_findings,
+            )
             self.audit_log.append(entry)
         # Counted once the record is written: a count seen means its record is there.
         for emitted in judged:

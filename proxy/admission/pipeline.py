@@ -111,6 +111,15 @@ class Forward:
     findings: tuple[Finding, ...] = ()  # those it was forwarded with (strip, rewrite, log)
     upstream: str = DEFAULT_UPSTREAM  # the name of the upstream its route sends it to
     policy: Policy | None = None  # its route's: door 2 checks the answer's calls under it
+    bounds: Bounds = field(
+        default_factory=Bounds
+    )  # the config's (`limits`): what door 2's record lists, too
+
+
+def bounds_of(config: Config) -> Bounds:
+    """What a verdict may list under this config (`limits`), at admission and at door 2."""
+    limits = config.limits
+    return Bounds(limits.max_findings, limits.max_violations, limits.max_body_bytes)
 
 
 def answer_to(error: ProxyError) -> Answer:
@@ -180,7 +189,8 @@ async def admit(
     except ProxyError as exc:
         metrics.count(label, "invalid", upstream)
         return answer_to(exc)
-    verdict = await _inspect(parsed, policy, view, metrics, _caches(caches, policy), config)
+    bounds = bounds_of(config)
+    verdict = await _inspect(parsed, policy, view, metrics, _caches(caches, policy), bounds)
     # What goes upstream when the gate changed the body (or the route did): at most
     # `max_body_bytes`, else blocked, before the record says what became of the request.
     data: bytes | None = None
@@ -220,6 +230,7 @@ async def admit(
             findings=verdict.findings,
             upstream=upstream,
             policy=policy,
+            bounds=bounds,
         )
     # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
     # parse the coded bytes, which need not be the document the gate judged.
@@ -233,6 +244,7 @@ async def admit(
         findings=verdict.findings,
         upstream=upstream,
         policy=policy,
+        bounds=bounds,
     )
 
 
@@ -407,17 +419,15 @@ async def _inspect(
     view: LedgerView | None,
     metrics: Metrics,
     caches: GateCaches,
-    config: Config,
+    bounds: Bounds,
 ) -> Verdict:
     """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
-    config's limits of what a verdict lists."""
+    config's limits of what a verdict lists (`bounds`)."""
     pending = pending_schemas(parsed, gate, caches)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
         # subschemas, within the limits) must not hold every other client's request.
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
-    limits = config.limits
-    bounds = Bounds(limits.max_findings, limits.max_violations, limits.max_body_bytes)
     verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds)
     metrics.verdict_cache.set(len(caches.verdicts))
     return verdict

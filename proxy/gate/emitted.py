@@ -20,7 +20,7 @@ from proxy.gate.arguments import judged_arguments, schemas_key
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.policy import Policy
-from proxy.gate.schemas import Compiled
+from proxy.gate.schemas import MAX_VIOLATIONS, Compiled
 from proxy.gate.verdict import Finding
 
 OK = "ok"
@@ -101,20 +101,23 @@ class ToolSchemas:
 
 
 def iter_emitted(
-    calls: Sequence[tuple[int, Mapping[str, Any]]], schemas: ToolSchemas
+    calls: Sequence[tuple[int, Mapping[str, Any]]],
+    schemas: ToolSchemas,
+    max_violations: int = MAX_VIOLATIONS,
 ) -> Iterator[Emitted]:
     """The verdict on each emitted call; never raises on any JSON value.
 
     `schemas` are those of the function tools of the request the response answers; a schema
     pinned in the policy wins over them, as it does when the call is replayed. Every call of
-    one response shares one validation allowance, as the calls of one request do.
+    one response shares one validation allowance, as the calls of one request do; a finding
+    lists at most `max_violations` violations (`limits.max_violations`), the others counted.
     """
     allowance = Allowance(schemas.policy.validation_timeout_s)
     for index, call in calls:
         named = call.get("name")
         name = named if isinstance(named, str) else None
         found = schemas.of(name)
-        verdict = _verdict(call.get("arguments"), found, schemas.caches, allowance)
+        verdict = _verdict(call.get("arguments"), found, schemas.caches, allowance, max_violations)
         if verdict == OK:
             yield Emitted(index, name, OK, bool(found))
             continue
@@ -142,9 +145,12 @@ def _verdict(
     schemas: list[Compiled | SchemaError],
     caches: GateCaches,
     allowance: Allowance,
+    max_violations: int,
 ) -> Any:
     """`ok`, a reason, or (`arguments_schema`, violations, passed): the gate's verdict, shared
     with it through the verdict cache (a replay of this call later finds it decided)."""
     if not isinstance(arguments, str):
         return "arguments_type"
-    return judged_arguments(arguments, schemas, schemas_key(schemas), caches, allowance)
+    return judged_arguments(
+        arguments, schemas, schemas_key(schemas), caches, allowance, max_violations
+    )

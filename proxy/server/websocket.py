@@ -275,7 +275,10 @@ async def relay_websocket(
     access.outcome, access.frames = "forward", 0
     limit = current.config.limits.max_body_bytes
     # Door 2's records of a connection name it: its frames' own ids are not kept per turn.
-    emitted = EmittedCalls(Relayed(connection_id, "websocket", path, tenant, None, to.name))
+    emitted = EmittedCalls(
+        Relayed(connection_id, "websocket", path, tenant, None, to.name),
+        bounds=pipeline.bounds_of(current.config),
+    )
     tap = ResponseTap(
         app[LEDGER],
         tenant or "-",
@@ -405,6 +408,7 @@ class _ClientFrames:
             self.tap.expect(decided.context)  # the turn's response is recorded with its input
             if self.tap.emitted is not None:
                 self.tap.emitted.policy = decided.policy
+                self.tap.emitted.bounds = decided.bounds
         # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
         return None, text if decided.data is raw else decided.data.decode()
 

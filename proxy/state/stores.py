@@ -272,6 +272,16 @@ def _undecodable(what: str, exc: Exception) -> None:
     log.warning("ledger: %s cannot be read (%s); taken as not recorded", what, exc)
 
 
+def key_tenant(tenant: str) -> str:
+    """A tenant as its Redis keys name it: one with no colon and no `%` as it is (the keys it
+    always had); any other with `%` and `:` percent-escaped. A client's name may hold colons,
+    and `replay-proxy:<tenant>:<kind>:<name>` must not let `a` and `a:response:b` share a key:
+    the tenant a key names ends at its first colon, and no escaped name is a plain one."""
+    if ":" not in tenant and "%" not in tenant:
+        return tenant
+    return tenant.replace("%", "%25").replace(":", "%3A")
+
+
 def _items_of(upstream: str | None) -> str:
     """The key kind of the items an upstream made (an upstream's name has no colon)."""
     return f"item@{upstream or ''}"
@@ -308,7 +318,7 @@ class RedisStore:
 
     @staticmethod
     def _key(tenant: str, kind: str, name: str) -> bytes:
-        return _bytes(f"replay-proxy:{tenant}:{kind}:{name}")
+        return _bytes(f"replay-proxy:{key_tenant(tenant)}:{kind}:{name}")
 
     async def _run(self, operation: Any) -> Any:
         try:

@@ -23,12 +23,14 @@ from tests.builders import (
     APAC,
     GLOBAL,
     HANG_GUARD_S,
+    PICK_TOOL,
     POLL_S,
     SALES_SCHEMA,
     SALES_TOOL,
     USER,
     at,
     audit_records,
+    pick_call,
 )
 from tests.fixture_types import Clients, ProxyFactory
 from tests.server.checks import metric, scrape
@@ -261,6 +263,34 @@ async def test_calls_that_pass_are_counted_and_leave_no_record(
     assert got == sent_for(canned, transport)
     assert await counted(client, base, 2, tool=SALES, verdict="ok") == 2
     assert audit_records(tmp_path) == []
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_record_of_emitted_calls_lists_what_the_configs_limits_allow(
+    canned: CannedUpstream,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+    tmp_path: Path,
+    transport: str,
+) -> None:
+    # Four calls that fail their schema 50 ways each: the record lists 2 of them, 3 ways each.
+    calls = [{**pick_call(f"c{n}", elements=50), "id": f"fc_{n}"} for n in range(4)]
+    canned.response = response_with(*calls)
+    base = await start_proxy(canned.url, limits={"max_findings": 2, "max_violations": 3})
+
+    got = await one_turn(
+        client, base, transport, {"model": "m", "tools": [PICK_TOOL], "input": [USER]}
+    )
+
+    assert got == sent_for(canned, transport)
+    assert await counted(client, base, 4, tool="pick", verdict="arguments_schema") == 4
+    [record] = audit_records(tmp_path)
+    assert record["event"] == "emitted_call_rejected"
+    assert record["findings_omitted"] == 2
+    assert [(f["call_id"], len(f["fail"]), f["fail_omitted"]) for f in record["findings"]] == [
+        ("c0", 3, 47),
+        ("c1", 3, 47),
+    ]
 
 
 @pytest.mark.parametrize(

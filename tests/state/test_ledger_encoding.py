@@ -4,6 +4,7 @@ not recorded (logged), never a 5xx."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -13,7 +14,13 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from proxy.state.ledger import Recording
-from proxy.state.stores import RESPONSE, RedisStore, decode_response, encode_response
+from proxy.state.stores import (
+    RESPONSE,
+    RedisStore,
+    decode_response,
+    encode_response,
+    key_tenant,
+)
 from tests.builders import SALES_TOOL, sales_call, sales_output
 from tests.fixture_types import ProxyFactory
 from tests.servers.recording import Received, RecordingUpstream
@@ -175,3 +182,76 @@ async def test_a_corrupted_item_call_or_tools_value_is_not_recorded(
 def test_a_response_value_decodes_as_it_was_encoded(previous: str | None) -> None:
     recording = Recording("r", previous, (sales_call("c"),), 0, "k", "acme")
     assert decode_response("r", encode_response(recording)) == recording
+
+
+# Tenants as client names may spell them, and what their keys name them.
+TENANTS = [
+    pytest.param("alice", "alice", id="plain"),
+    pytest.param("t_0123456789abcdef", "t_0123456789abcdef", id="fingerprint"),
+    pytest.param("-", "-", id="no-credential"),
+    pytest.param("{team}", "{team}", id="braces"),
+    pytest.param("a:response:b", "a%3Aresponse%3Ab", id="colons"),
+    pytest.param("a%3Ab", "a%253Ab", id="looks-escaped"),
+    pytest.param("100%", "100%25", id="percent"),
+    pytest.param(":", "%3A", id="a-colon"),
+]
+
+
+@pytest.mark.parametrize(("tenant", "named"), TENANTS)
+def test_a_tenant_is_named_in_its_keys_without_a_colon(tenant: str, named: str) -> None:
+    assert key_tenant(tenant) == named
+
+
+def test_no_two_tenants_share_a_key_name() -> None:
+    tenants = [str(p.values[0]) for p in TENANTS] + ["a", "a%3Aresponse%3Ab", "a:", "a%3A", "%"]
+    assert len({key_tenant(t) for t in tenants}) == len(tenants)
+    assert not any(":" in key_tenant(t) for t in tenants)
+
+
+A_KEY, B_KEY = "rp-a-0123456789", "rp-ab-9876543210"
+COLLIDING = [
+    {"name": "a", "key_sha256": hashlib.sha256(A_KEY.encode()).hexdigest()},
+    {"name": "a:response:b", "key_sha256": hashlib.sha256(B_KEY.encode()).hexdigest()},
+]
+
+
+async def test_client_names_that_spell_each_others_keys_keep_their_records_apart(
+    echoing: EchoingUpstream, start_proxy: ProxyFactory, redis_server: RedisServer
+) -> None:
+    """Under the unescaped keys, `a` following up `b:response:resp_1` read the response
+    `a:response:b` recorded as `resp_1`, and the other way round."""
+    # Recorded by `a:response:b`, by `a`, then the follow-ups each makes of its own.
+    echoing.ids = ["resp_1", "b:response:resp_2", "resp_3", "resp_4"]
+    base = await start_proxy(
+        echoing.recording.url,
+        ledger={"backend": "redis", "url": redis_server.url},
+        clients=COLLIDING,
+    )
+    a = {"Authorization": f"Bearer {A_KEY}"}
+    ab = {"Authorization": f"Bearer {B_KEY}"}
+
+    def replay(previous: str, call_id: str) -> dict[str, Any]:
+        return {
+            "model": "m",
+            "tools": [SALES_TOOL],
+            "previous_response_id": previous,
+            "input": [sales_output(call_id)],
+        }
+
+    async def status_of(headers: dict[str, str], body: dict[str, Any]) -> tuple[int, list[str]]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(base + "/v1/responses", json=body, headers=headers) as answer,
+        ):
+            found = (await answer.json()).get("error", {}).get("findings", [])
+            return answer.status, [f["reason"] for f in found]
+
+    hi = {"model": "m", "tools": [SALES_TOOL], "input": "hi"}
+    assert await status_of(ab, hi) == (200, [])  # resp_1, calling c1
+    assert await status_of(a, hi) == (200, [])  # b:response:resp_2, calling c2
+
+    assert await status_of(a, replay("b:response:resp_1", "c1")) == (400, ["orphan"])
+    assert await status_of(ab, replay("resp_2", "c2")) == (400, ["orphan"])
+    assert len(echoing.recording.received) == 2
+    assert await status_of(ab, replay("resp_1", "c1")) == (200, [])
+    assert await status_of(a, replay("b:response:resp_2", "c2")) == (200, [])
