@@ -1,7 +1,8 @@
 """A bounded soak of a real `replay-proxy serve`: mixed load for a set time, then every check.
 
 `python bench/soak.py --seconds 300` drives concurrent clean, stripped and blocked requests
-and SSE streams through the proxy (a subprocess) to an upstream on 127.0.0.1, then checks:
+and SSE streams (the workload's bodies, each with arguments of its own) through the proxy (a
+subprocess) to the stub upstream on 127.0.0.1, both started by `servers.py`, then checks:
 no 5xx from the proxy, exactly one audit record per rejected request (and an intact hash
 chain), the ledger and verdict cache within their bounds, RSS flat after warm-up, and open
 file descriptors back to baseline. Prints a JSON report; exits 1 if a check fails.
