@@ -29,7 +29,8 @@ from pathlib import Path
 
 import yaml
 from host import ROOT, Others
-from servers import Server, free_port, served_by_proxy, settle, started
+from servers import Server, free_port, served_by_proxy, settle, started, started_stub
+from trees import export
 from workload import GATE_CONFIG, TOOLS, bodies
 from wrk import Run, run_wrk, write_script
 
@@ -44,47 +45,10 @@ from proxy.state.audit import AuditLog, Relayed
 from proxy.state.ledger import Context
 from proxy.state.metrics import Metrics
 
-BENCH = Path(__file__).resolve().parent
 CONNECTIONS = 32
 DURATION_S = 2
 SAMPLES = 2000
 STREAMS = {"no call": None, "a call that passes": "ok", "a call that fails": "bad"}
-
-
-def export(revision: str, into: Path) -> str:
-    """The tree of `revision` under `into`; returns its short hash."""
-    short = (
-        subprocess.run(
-            ["git", "rev-parse", "--short", revision], cwd=ROOT, capture_output=True, check=True
-        )
-        .stdout.decode()
-        .strip()
-    )
-    archive = subprocess.run(
-        ["git", "archive", revision, "proxy"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return short
-
-
-def source_trees(
-    into: Path, base: str | None, head: str | None, extra: list[str]
-) -> dict[str, Path | None]:
-    """The replay-proxy trees a comparison serves, by name: `base` and `head` exported under
-    `into` (`head` None: the working tree, as installed), then each directory of `extra` (one
-    holding a `proxy` package)."""
-    trees: dict[str, Path | None] = {}
-    if base is not None:
-        (into / "base").mkdir()
-        trees[f"proxy {export(base, into / 'base')}"] = into / "base"
-    if head is None:
-        trees["proxy tree"] = None
-    else:
-        (into / "head").mkdir()
-        trees[f"proxy {export(head, into / 'head')}"] = into / "head"
-    for directory in extra:
-        trees[f"proxy {directory}"] = Path(directory).resolve()
-    return trees
 
 
 def _order(n: int, field: str) -> dict[str, object]:
@@ -187,9 +151,7 @@ def main() -> int:
         steps = in_process(tmp)
         (tmp / "base").mkdir()
         short = export(base, tmp / "base")
-        port = free_port()
-        stub_argv = [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(port)]
-        stub = stack.enter_context(started("stub", stub_argv, port, log))
+        stub = stack.enter_context(started_stub(log))
         servers: dict[str, Server] = {}
         for name, path in ((f"before ({short})", tmp / "base"), ("door 2", None)):
             config = tmp / f"proxy-{len(servers)}.yaml"

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import extproc_cost
 import yaml
 from host import ROOT, Others, describe, process_cpu_seconds
+from processor import costs
 from report import median, table, write_section
-from servers import Server, free_port, served_by_stub, settle, started
+from servers import Server, free_port, served_by_stub, settle, started, started_stub
 from workload import GATE_CONFIG, PATH, Body, bodies
 from wrk import write_script
 
@@ -136,17 +136,10 @@ def main() -> int:
         config = tmp / "proxy.yaml"
         sections = {**GATE_CONFIG, "audit": {"path": str(tmp / "audit.jsonl")}}
         config.write_text(yaml.safe_dump(sections), encoding="utf-8")
-        stub_port, serve_port, processor_port = free_port(), free_port(), free_port()
+        serve_port, processor_port = free_port(), free_port()
         noop_port = free_port()
         noop_argv = [str(BENCH / "noop_processor.py"), "--listen", f"127.0.0.1:{noop_port}"]
-        stub = stack.enter_context(
-            started(
-                "direct",
-                [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(stub_port)],
-                stub_port,
-                log,
-            )
-        )
+        stub = stack.enter_context(started_stub(log, "direct"))
         quiet = ["--config", str(config), "--log-level", "WARNING"]
         extproc = ["-m", "proxy", "extproc", *quiet, "--listen", f"127.0.0.1:{processor_port}"]
         serve_argv = ["-m", "proxy", "serve", *quiet, "--upstream", stub.url]
@@ -203,7 +196,7 @@ def main() -> int:
                     url, pids = targets[name]
                     measured = run(scripts[body.name], url, pids, served, args.connections, seconds)
                     results.setdefault((body.name, name), []).append(measured)
-    in_process = extproc_cost.costs(("small", "10 pairs"))
+    in_process = costs(("small", "10 pairs"))
     took_s = time.monotonic() - began
     text = render(chosen, results, rounds, seconds, args.connections, took_s, in_process)
     write_section("envoy", text)

@@ -36,9 +36,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
-from emitted_cost import source_trees
 from host import ROOT
-from servers import Server, free_port, served_by_stub, started
+from servers import Server, free_port, served_by_stub, started, started_stub
+from trees import source_trees
 from workload import GATE_CONFIG, PATH, Body, bodies
 from wrk import write_script
 
@@ -74,9 +74,7 @@ def main() -> int:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-ir-")))
         log = stack.enter_context((tmp / "servers.log").open("wb"))
         trees = source_trees(tmp, args.base, None, args.tree)
-        port = free_port()
-        stub_argv = [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(port)]
-        stub = stack.enter_context(started("stub", stub_argv, port, log))
+        stub = stack.enter_context(started_stub(log))
         served = served_by_stub(stub.url)
         scripts = {b.name: write_script(tmp, i, b) for i, b in enumerate(chosen)}
         commands: dict[str, tuple[list[str], dict[str, str] | None]] = {

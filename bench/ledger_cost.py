@@ -12,88 +12,25 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from responses import TOOLS, follow_up, response, shaped
+from servers import started_redis
+
 from proxy.state.ledger import Context, Ledger, Store, kept, tools_key
 from proxy.state.stores import MemoryStore, RedisStore
 
 SAMPLES = 2000
-
-
-def response(n: int) -> dict[str, Any]:
-    """A typical tool turn: a reasoning item, a function call, and a short message."""
-    return {
-        "id": f"resp_{n:012d}",
-        "object": "response",
-        "previous_response_id": f"resp_{n - 1:012d}" if n else None,
-        "output": [
-            {"type": "reasoning", "id": f"rs_{n:012d}", "summary": []},
-            {
-                "type": "function_call",
-                "id": f"fc_{n:012d}",
-                "call_id": f"call_{n:012d}",
-                "name": "get_latest_sales_report",
-                "status": "completed",
-                "arguments": '{"region":"emea","week":"2026-W47"}',
-            },
-            {
-                "type": "message",
-                "id": f"msg_{n:012d}",
-                "role": "assistant",
-                "status": "completed",
-                "content": [
-                    {"type": "output_text", "text": "Checking the report.", "annotations": []}
-                ],
-            },
-        ],
-    }
-
-
-def follow_up(n: int) -> dict[str, Any]:
-    call = f"call_{n:012d}"
-    return {
-        "previous_response_id": f"resp_{n:012d}",
-        "input": [{"type": "function_call_output", "call_id": call, "output": "ok"}],
-    }
-
-
-TOOLS = (("get_latest_sales_report", {"type": "object", "properties": {"region": {}}}),)
-
-
-def call_item(n: int, k: int) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": f"fc_{n:012d}_{k}",
-        "call_id": f"call_{n:012d}_{k}",
-        "name": "get_latest_sales_report",
-        "status": "completed",
-        "arguments": '{"region":"emea","week":"2026-W47"}',
-    }
-
-
-def message_item(n: int, k: int) -> dict[str, Any]:
-    text = [{"type": "output_text", "text": "Checking the report.", "annotations": []}]
-    return {"type": "message", "id": f"msg_{n:012d}_{k}", "role": "assistant", "content": text}
-
-
-def shaped(n: int, calls: int, messages: int, inputs: int) -> tuple[dict[str, Any], list[Any]]:
-    """A response with `calls` calls and `messages` messages in its output, made by a request
-    that sent `inputs` unanswered calls (and offered one tool)."""
-    output = [call_item(n, k) for k in range(calls)] + [message_item(n, k) for k in range(messages)]
-    sent = [call_item(n, 100 + k) for k in range(inputs)]
-    return {"id": f"resp_{n:012d}", "object": "response", "output": output}, sent
 
 
 async def memory_per_response(
@@ -155,57 +92,18 @@ async def turn_cost(store: Store) -> tuple[float, float]:
     return statistics.median(record_us), statistics.median(view_us)
 
 
-def start_redis(directory: str) -> tuple[subprocess.Popen[bytes], str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            directory,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return process, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.05)
-    process.terminate()
-    raise SystemExit("redis-server did not start")
-
-
 async def main() -> None:
     costs = await memory_costs(10_000)
     memory = await turn_cost(MemoryStore(max_responses=100_000, ttl_s=3600))
-    with tempfile.TemporaryDirectory() as directory:
-        redis, url = start_redis(directory)
+    with ExitStack() as stack:
+        directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        log = stack.enter_context((directory / "redis.log").open("wb"))
+        redis = stack.enter_context(started_redis(directory, log))
+        store = RedisStore(f"redis://127.0.0.1:{redis.port}/0", ttl_s=3600, timeout_s=1.0)
         try:
-            store = RedisStore(url, ttl_s=3600, timeout_s=1.0)
-            try:
-                shared = await turn_cost(store)
-            finally:
-                await store.close()
+            shared = await turn_cost(store)
         finally:
-            redis.terminate()
-            redis.wait(timeout=30)
+            await store.close()
     lines = ["| measure | memory | redis | redis - memory |", "| :--- | ---: | ---: | ---: |"]
     for label, m, r in (
         ("record a response, µs", memory[0], shared[0]),

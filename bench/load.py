@@ -35,6 +35,7 @@ from servers import (
     served_by_stub,
     settle,
     started,
+    started_stub,
 )
 from workload import GATE_CONFIG, Body, bodies, encode, iter_pairs, request_body
 from wrk import Run, run_wrk, write_script
@@ -136,15 +137,8 @@ def main() -> int:
         config.write_text(
             yaml.safe_dump({**GATE_CONFIG, "audit": {"path": str(audit)}}), encoding="utf-8"
         )
-        stub_port, pass_port, proxy_port = free_port(), free_port(), free_port()
-        stub = stack.enter_context(
-            started(
-                "direct",
-                [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(stub_port)],
-                stub_port,
-                log,
-            )
-        )
+        pass_port, proxy_port = free_port(), free_port()
+        stub = stack.enter_context(started_stub(log, "direct"))
         passthrough = stack.enter_context(
             started(
                 "pass-through",

@@ -16,7 +16,15 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
-from servers import Server, free_port, served_by_proxy, served_by_stub, settle, started
+from servers import (
+    Server,
+    free_port,
+    served_by_proxy,
+    served_by_stub,
+    settle,
+    started,
+    started_stub,
+)
 from workload import GATE_CONFIG, bodies
 from wrk import run_wrk, write_script
 
@@ -33,9 +41,7 @@ def main() -> int:
         config = tmp / "proxy.yaml"
         audit = {"path": str(tmp / "audit.jsonl")}
         config.write_text(yaml.safe_dump({**GATE_CONFIG, "audit": audit}), encoding="utf-8")
-        port = free_port()
-        stub_argv = [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(port)]
-        stub = stack.enter_context(started("direct", stub_argv, port, log))
+        stub = stack.enter_context(started_stub(log, "direct"))
         servers: dict[str, tuple[Server, Callable[[], int]]] = {}
         for loop in ("asyncio", "uvloop"):
             port = free_port()

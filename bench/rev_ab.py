@@ -24,9 +24,17 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
-from emitted_cost import source_trees
 from host import Others
-from servers import Server, free_port, served_by_proxy, served_by_stub, settle, started
+from servers import (
+    Server,
+    free_port,
+    served_by_proxy,
+    served_by_stub,
+    settle,
+    started,
+    started_stub,
+)
+from trees import source_trees
 from workload import GATE_CONFIG, bodies
 from wrk import Run, run_wrk, write_script
 
@@ -55,9 +63,7 @@ def main() -> int:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-rev-ab-")))
         log = stack.enter_context((tmp / "servers.log").open("wb"))
         trees = source_trees(tmp, args.base, args.head, args.tree)
-        port = free_port()
-        stub_argv = [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(port)]
-        stub = stack.enter_context(started("stub", stub_argv, port, log))
+        stub = stack.enter_context(started_stub(log))
         servers: dict[str, tuple[Server, Callable[[], int]]] = {}
         for loop in ("asyncio", "uvloop") if args.uvloop else ("asyncio",):
             suffix = "" if loop == "asyncio" else " uvloop"

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from host import ROOT, process_cpu_seconds
+
+BENCH = Path(__file__).resolve().parent
 
 
 @dataclass
@@ -106,6 +110,24 @@ def started(
                 process.wait(timeout=5)
 
 
+def started_stub(log: IO[bytes], name: str = "stub") -> AbstractContextManager[Server]:
+    """The stub Open Responses upstream (`stub_upstream.py`) on a free port."""
+    port = free_port()
+    argv = [sys.executable, str(BENCH / "stub_upstream.py"), "--port", str(port)]
+    return started(name, argv, port, log)
+
+
+def started_redis(directory: Path, log: IO[bytes]) -> AbstractContextManager[Server]:
+    """A `redis-server` (Debian's, on PATH) on a free port, keeping nothing on disk; its URL is
+    `redis://127.0.0.1:PORT/0`."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    return started("redis", [*argv, "--dir", str(directory)], port, log)
+
+
 def _tail(log: IO[bytes], lines: int = 20) -> str:
     """The end of the servers' log (it lives in a temporary directory that goes at exit)."""
     log.flush()
@@ -152,14 +174,17 @@ def served_by_stub(stub_url: str) -> Callable[[], int]:
     return lambda: int(http_get(stub_url + "/-/served"))
 
 
+def metric(proxy_url: str, name: str, missing: float = float("nan")) -> float:
+    """The sum of a metric's samples, every label, on replay-proxy's /-/metrics (`missing`
+    when it has none)."""
+    samples = [
+        float(line.rsplit(" ", 1)[1])
+        for line in http_get(proxy_url + "/-/metrics").splitlines()
+        if line.startswith((name + " ", name + "{"))
+    ]
+    return sum(samples) if samples else missing
+
+
 def served_by_proxy(proxy_url: str) -> Callable[[], int]:
     """Requests replay-proxy has finished, every route and outcome (its own /-/metrics)."""
-
-    def count() -> int:
-        total = 0.0
-        for line in http_get(proxy_url + "/-/metrics").splitlines():
-            if line.startswith("replay_proxy_requests_total{"):
-                total += float(line.rsplit(" ", 1)[1])
-        return int(total)
-
-    return count
+    return lambda: int(metric(proxy_url, "replay_proxy_requests_total", missing=0))

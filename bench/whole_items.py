@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ledger_cost import TOOLS, call_item, message_item, response
+from responses import TOOLS, call_item, message_item, response
 
 from proxy.state.ledger import Context, Ledger, Recording, kept, tools_key
 from proxy.state.stores import MemoryStore

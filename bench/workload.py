@@ -73,7 +73,7 @@ def _sales_pair(rng: random.Random, n: int, *, long: bool) -> tuple[dict[str, An
         "region": _REGIONS[n % 3],
         "week": f"{2024 + n // 52 % 3}-W{n % 52 + 1:02d}",
         "include_lines": long,
-        "limit": 10 + n,
+        "limit": 10 + n % 9990,  # within the schema's maximum, however far `n` runs
     }
     rows = [
         {
@@ -91,7 +91,8 @@ def _sales_pair(rng: random.Random, n: int, *, long: bool) -> tuple[dict[str, An
 
 
 def _order_pair(rng: random.Random, n: int, *, long: bool) -> tuple[dict[str, Any], str]:
-    arguments = {"order_id": f"ORD-{100000 + n:06d}", "fields": ["status", "lines", "customer"]}
+    order_id = f"ORD-{100000 + n % 900000:06d}"  # six digits, as the schema's pattern wants
+    arguments = {"order_id": order_id, "fields": ["status", "lines", "customer"]}
     lines = "\n".join(
         f"- {rng.randrange(1, 9)} \u00d7 {rng.choice(_PRODUCTS)} @ {rng.uniform(1, 900):.2f} EUR"
         for _ in range(80 if long else 16)
@@ -104,11 +105,14 @@ def _order_pair(rng: random.Random, n: int, *, long: bool) -> tuple[dict[str, An
     return arguments, text
 
 
-def iter_pairs(count: int, seed: int = 5) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """`count` (function_call, function_call_output) pairs, every `arguments` distinct."""
+def iter_pairs(
+    count: int, seed: int = 5, first: int = 0
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """`count` (function_call, function_call_output) pairs, every `arguments` distinct; the
+    pairs numbered from an even `first` on have arguments no other numbers have."""
     rng = random.Random(seed)
     pairs = []
-    for n in range(count):
+    for n in range(first, first + count):
         long = n % 10 in (1, 4, 8)  # three outputs in ten are long: a full report, a long order
         if n % 2 == 0:
             name, (arguments, output) = "get_latest_sales_report", _sales_pair(rng, n, long=long)
@@ -163,6 +167,16 @@ def failing(
     broken = [*pairs]
     broken[index] = ({**call, "arguments": arguments}, output)
     return broken
+
+
+def numbered(kind: str, n: int) -> bytes:
+    """Request `n` of a mixed load, of `kind` (clean | strip | block | sse): a sales call and an
+    order call whose arguments no other `n` sends (each a verdict the cache has not seen), the
+    order call broken for `strip` and the sales call for `block` (as `failing` breaks them)."""
+    pairs = iter_pairs(2, seed=n, first=2 * n)
+    if kind in ("strip", "block"):
+        pairs = failing(pairs, kind)
+    return encode(request_body(pairs, stream=kind == "sse"))
 
 
 @dataclass(frozen=True)
