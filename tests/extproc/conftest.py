@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from tests.extproc.envoy import Envoy, Extproc
+from tests.extproc.fronts import Emitting
+from tests.servers.recording import RecordingUpstream
 
 MiB = 1024 * 1024
 # One config for the block, strip, rewrite and log cases: a reason per action.
@@ -96,3 +98,11 @@ async def behind_envoy(
     yield start
     for process in reversed(started):
         await asyncio.to_thread(process.stop)
+
+
+@pytest.fixture
+def emitting(recording_upstream: RecordingUpstream) -> Emitting:
+    """The recording upstream, answering a request with BAD_CALL's header with a failing call."""
+    emitting = recording_upstream.handler = Emitting(recording_upstream)
+    recording_upstream.answer_frame = emitting.frames
+    return emitting

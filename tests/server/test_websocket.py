@@ -26,7 +26,12 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 async def turn(ws: aiohttp.ClientWebSocketResponse, **request: Any) -> list[dict[str, Any]]:
     """Send one response.create and read events up to its end (completed or error)."""
-    await ws.send_str(json.dumps({"type": "response.create", **request}))
+    return await turn_of(ws, json.dumps({"type": "response.create", **request}))
+
+
+async def turn_of(ws: aiohttp.ClientWebSocketResponse, frame: str) -> list[dict[str, Any]]:
+    """Send one frame, exactly this text, and read events up to its end (completed or error)."""
+    await ws.send_str(frame)
     events = []
     while True:
         event = json.loads(await ws.receive_str(timeout=30))

@@ -28,8 +28,17 @@ class Received:
 Handler = Callable[[web.Request, Received], Awaitable[web.StreamResponse]]
 
 
+# The response every request is answered with, unless a test gives another handler.
+ANSWER = {"object": "response", "id": "resp_1", "output": []}
+
+
 async def _ok(request: web.Request, received: Received) -> web.StreamResponse:
-    return web.json_response({"object": "response", "id": "resp_1", "output": []})
+    return web.json_response(ANSWER)
+
+
+def _turn_completed(request: web.Request, turn: int) -> list[str]:
+    response = {"id": f"resp_ws_{turn}", "object": "response", "output": []}
+    return [json.dumps({"type": "response.completed", "response": response})]
 
 
 def held_stream(release: asyncio.Event, tail: bytes = b"") -> Handler:
@@ -59,6 +68,8 @@ class RecordingUpstream:
     frames: list[str] = field(default_factory=list)
     # WebSocket upgrades asked of it.
     upgrades: int = 0
+    # The frames that answer the `turn`th frame of a WebSocket opened by this upgrade request.
+    answer_frame: Callable[[web.Request, int], list[str]] = _turn_completed
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get("Upgrade", "").lower() == "websocket":
@@ -70,13 +81,13 @@ class RecordingUpstream:
         return await self.handler(request, received)
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
-        """Records every text frame; answers each with a completed response naming its turn."""
+        """Records every text frame; answers each with `answer_frame`'s frames (by default a
+        completed response naming its turn)."""
         self.upgrades += 1
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         async for message in ws:
             self.frames.append(message.data)
-            turn = len(self.frames)
-            response = {"id": f"resp_ws_{turn}", "object": "response", "output": []}
-            await ws.send_json({"type": "response.completed", "response": response})
+            for frame in self.answer_frame(request, len(self.frames)):
+                await ws.send_str(frame)
         return ws
