@@ -16,6 +16,7 @@ from proxy.state.ledger import NO_CONTEXT, Context, Ledger
 if TYPE_CHECKING:
     # Only handed over: the hop that relays through the tap loads no schema machinery.
     from proxy.admission.emitted import EmittedCalls
+    from proxy.gate.policy import Policy
 
 log = logging.getLogger("replay_proxy")
 
@@ -37,6 +38,9 @@ class Recording:
     upstream: str | None = None  # the upstream answering: the ledger records that it made it
     # Where the function_calls of the responses recorded wait for door 2's check; None: unchecked.
     emitted: EmittedCalls | None = None
+    # The policy of the route the request took: door 2 checks the answer's calls under it
+    # (None: the config's gate).
+    policy: Policy | None = None
 
     def tap(
         self, status: int, content_type: str, content_encoding: str, content_length: int | None
@@ -55,6 +59,7 @@ class Recording:
             self.context,
             self.upstream,
             self.emitted,
+            self.policy,
         )
 
 
@@ -64,8 +69,9 @@ class ResponseTap:
     `feed` sees each chunk before it is forwarded, so a follow-up turn sent the moment the
     client has the whole answer finds the record, on any proxy process sharing the store.
 
-    On a WebSocket one tap sees every turn: `expect` queues each forwarded turn's context, and
-    each turn's end (completed, incomplete, failed, or an error event) takes the next one.
+    On a WebSocket one tap sees every turn: `expect` queues each forwarded turn's context and
+    policy, and each turn's end (completed, incomplete, failed, or an error event) takes the
+    next one: a turn's calls go to door 2 with the policy of the route its own frame took.
     """
 
     def __init__(
@@ -80,12 +86,14 @@ class ResponseTap:
         context: Context | None = NO_CONTEXT,
         upstream: str | None = None,
         emitted: EmittedCalls | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.ledger = ledger
         self.upstream = upstream
         self.context = context
         self.emitted = emitted
-        self.turns: deque[Context] | None = None
+        self.policy = policy
+        self.turns: deque[tuple[Context, Policy | None]] | None = None
         self.request_id = request_id
         self.tenant = tenant
         self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
@@ -157,18 +165,20 @@ class ResponseTap:
         if kind == "response" or (kind == "response.compaction" and compacts):
             await self.ledger.record(self.tenant, response, self.context, self.upstream)
             if self.emitted is not None:
-                self.emitted.add(response, self.context)
+                self.emitted.add(response, self.context, self.policy)
 
-    def expect(self, context: Context) -> None:
-        """A WebSocket turn was forwarded with this context: its response is recorded with it."""
+    def expect(self, context: Context, policy: Policy | None = None) -> None:
+        """A WebSocket turn was forwarded with this context, on a route with this policy: its
+        response is recorded with the one, its calls checked under the other."""
         if self.turns is None:
             self.turns = deque()
-        self.turns.append(context)
+        self.turns.append((context, policy))
 
-    def _turn_context(self) -> Context | None:
+    def _turn(self) -> tuple[Context | None, Policy | None]:
+        """The context and policy of the turn whose response ends now."""
         if self.turns is None:
-            return self.context
-        return self.turns.popleft() if self.turns else NO_CONTEXT
+            return self.context, self.policy
+        return self.turns.popleft() if self.turns else (NO_CONTEXT, None)
 
     def _unrecorded(self, fault: body.BodyError) -> None:
         """The tap cannot read this answer in its coding: it goes by, relayed, unrecorded."""
@@ -236,10 +246,10 @@ class ResponseTap:
             if not response.get("output") and self.done_items:
                 response = {**response, "output": self.done_items}
             self.done_items = []
-            context = self._turn_context()
+            context, policy = self._turn()
             await self.ledger.record(self.tenant, response, context, self.upstream)
             if self.emitted is not None:
-                self.emitted.add(response, context)
+                self.emitted.add(response, context, policy)
         elif kind in _FAILED and self.turns:
             self.done_items = []
             self.turns.popleft()  # the turn ended without a response to record
