@@ -15,7 +15,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from stub_upstream import JSON_ANSWER, RESP_ID
 from workload import GATE_CONFIG, HEADERS, PATH, Body, bodies
 
-from proxy.extproc.exchange import Exchange
+from proxy.extproc.exchange import ExtprocStream as Exchange
 from proxy.extproc.service import open_front
 from proxy.running.config_file import parse_config
 

@@ -16,9 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.admission.pipeline import Forward, Request
 from proxy.admission.routing import RouteCaches
-from proxy.admission.tap import Recording
 from proxy.gate.arguments import compile_schemas
 from proxy.gate.caches import GateCaches
 from proxy.gate.emitted import Emitted, ToolSchemas, emitted_calls, iter_emitted
@@ -26,7 +24,7 @@ from proxy.gate.policy import Policy
 from proxy.gate.schemas import LRU
 from proxy.gate.verdict import Bounds
 from proxy.state.audit import AuditLog, Relayed, emitted_record
-from proxy.state.ledger import Context, Ledger
+from proxy.state.ledger import Context
 from proxy.state.metrics import Metrics
 
 log = logging.getLogger("replay_proxy")
@@ -40,16 +38,21 @@ OTHER_TOOL = "(other)"
 _NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 _Calls = list[tuple[int, Mapping[str, Any]]]
+DEFAULT_BOUNDS = Bounds()
 
 
 @dataclass(frozen=True, slots=True)
 class _Answered:
-    """One response that held function_calls, and the function tools of its request."""
+    """One response that held function_calls, the function tools of its request, the policy
+    of the route that request took (None: the config's gate) and what its record may list, as
+    the config in force at that request bounds it."""
 
     response: Mapping[str, Any]
     tools: tuple[tuple[str, Any], ...]
     tools_key: str | None
     calls: _Calls
+    policy: Policy | None
+    bounds: Bounds
 
 
 @dataclass
@@ -59,44 +62,26 @@ class EmittedCalls:
 
     relayed: Relayed
     found: list[_Answered] = field(default_factory=list)
-    # The policy of the route the last request (or frame) took; None: the config's gate.
-    policy: Policy | None = None
-    # What a record lists, as the config in force at that request bounds its verdict.
-    bounds: Bounds = field(default_factory=Bounds)
 
-    def add(self, response: Mapping[str, Any], context: Context | None) -> None:
-        """A response the tap recorded, with the context of the request that created it."""
+    def add(
+        self,
+        response: Mapping[str, Any],
+        context: Context | None,
+        policy: Policy | None = None,
+        bounds: Bounds | None = None,
+    ) -> None:
+        """A response the tap recorded, with the context of the request (or frame) that
+        created it, the policy of the route it took and the bounds of its config."""
         calls = emitted_calls(response.get("output"))
         if calls:
             tools, key = (context.tools, context.tools_key) if context else ((), None)
-            self.found.append(_Answered(response, tools, key, calls))
+            self.found.append(
+                _Answered(response, tools, key, calls, policy, bounds or DEFAULT_BOUNDS)
+            )
 
     def take(self) -> list[_Answered]:
         found, self.found = self.found, []
         return found
-
-
-def recording_of(request: Request, decided: Forward, ledger: Ledger, limit: int) -> Recording:
-    """Where the answer to a forwarded request is recorded: for its tenant, as made by its
-    route's upstream, at most `limit` bytes read; the function_calls of the responses recorded
-    wait there for door 2, under its route's policy."""
-    relayed = Relayed(
-        request.request_id,
-        request.transport,
-        request.path,
-        request.tenant,
-        request.raw,
-        decided.upstream,
-    )
-    return Recording(
-        ledger,
-        request.tenant or "-",
-        limit,
-        request.request_id,
-        decided.context,
-        decided.upstream,
-        EmittedCalls(relayed, policy=decided.policy, bounds=decided.bounds),
-    )
 
 
 class EmittedChecks:
@@ -116,30 +101,38 @@ class EmittedChecks:
     def start(self, calls: EmittedCalls, policy: Policy, caches: GateCaches) -> None:
         """Check what `calls` holds now, under this policy and its caches; the answer that
         held them has been relayed. Never raises: a failure of the check is logged."""
-        found = calls.take()
+        self._start(calls.relayed, calls.take(), policy, caches)
+
+    def _start(
+        self, relayed: Relayed, found: list[_Answered], policy: Policy, caches: GateCaches
+    ) -> None:
         if not found:
             return
-        relayed, bounds = calls.relayed, calls.bounds
         try:
             judged = [(a, self._schemas(a, policy, caches)) for a in found]
             pending = [s for answered, schemas in judged for s in schemas.pending(answered.calls)]
             if not pending:
-                self._judge_all(relayed, judged, bounds)
+                self._judge_all(relayed, judged)
                 return
         except Exception:
             log.exception("%s checking the calls an upstream emitted failed", relayed.request_id)
             return
-        task = asyncio.create_task(self._check(relayed, judged, bounds, pending, policy, caches))
+        task = asyncio.create_task(self._check(relayed, judged, pending, policy, caches))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def relayed(self, calls: EmittedCalls | None, gate: Policy, caches: RouteCaches) -> None:
         """The answer that held `calls` has been relayed (or cut short: the calls the client
-        got count): check them under the policy of the route the request took (`gate`, the
-        config's, when it took none of its own)."""
-        if calls is not None and calls.found:
-            policy = calls.policy or gate
-            self.start(calls, policy, caches.of(policy))
+        got count): check each response's under the policy of the route its request took
+        (`gate`, the config's, when it took none of its own)."""
+        if calls is None or not calls.found:
+            return
+        by_policy: dict[int, tuple[Policy, list[_Answered]]] = {}
+        for answered in calls.take():
+            policy = answered.policy or gate
+            by_policy.setdefault(id(policy), (policy, []))[1].append(answered)
+        for policy, found in by_policy.values():
+            self._start(calls.relayed, found, policy, caches.of(policy))
 
     async def wait(self) -> None:
         """Until every check started so far is done."""
@@ -154,7 +147,6 @@ class EmittedChecks:
         self,
         relayed: Relayed,
         judged: list[tuple[_Answered, ToolSchemas]],
-        bounds: Bounds,
         pending: list[Any],
         policy: Policy,
         caches: GateCaches,
@@ -162,15 +154,13 @@ class EmittedChecks:
         try:
             # As at admission: a large schema first seen is compiled off the event loop.
             await asyncio.to_thread(compile_schemas, pending, policy, caches)
-            self._judge_all(relayed, judged, bounds)
+            self._judge_all(relayed, judged)
         except Exception:
             log.exception("%s checking the calls an upstream emitted failed", relayed.request_id)
 
-    def _judge_all(
-        self, relayed: Relayed, judged: list[tuple[_Answered, ToolSchemas]], bounds: Bounds
-    ) -> None:
+    def _judge_all(self, relayed: Relayed, judged: list[tuple[_Answered, ToolSchemas]]) -> None:
         for answered, schemas in judged:
-            self._judge(relayed, answered, schemas, bounds)
+            self._judge(relayed, answered, schemas)
 
     def _schemas(self, answered: _Answered, policy: Policy, caches: GateCaches) -> ToolSchemas:
         """The schemas of the answered request's tools, looked up once per tool set (keyed by
@@ -182,9 +172,8 @@ class EmittedChecks:
             self._tool_sets.put(key, found)
         return found
 
-    def _judge(
-        self, relayed: Relayed, answered: _Answered, schemas: ToolSchemas, bounds: Bounds
-    ) -> None:
+    def _judge(self, relayed: Relayed, answered: _Answered, schemas: ToolSchemas) -> None:
+        bounds = answered.bounds
         judged = list(iter_emitted(answered.calls, schemas, bounds.max_violations))
         failed = [e.finding for e in judged if e.finding is not None]
         if failed:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from proxy.admission import body, routing, targets
 from proxy.admission.routing import RouteCaches, Routed
+from proxy.admission.tenants import ledger_key
 from proxy.config import DEFAULT_UPSTREAM, Config
 from proxy.gate import items
 from proxy.gate.arguments import compile_schemas, pending_schemas
@@ -160,7 +161,7 @@ async def admit(
         return answer_to(exc)
     upstream = routed.upstream
     policy = routed.policy
-    tenant = request.tenant or "-"
+    tenant = ledger_key(request.tenant)
     asked = parsed  # as the client sent it: the audit record's model and previous response
     changed = routed.model is not None
     if changed:
@@ -311,7 +312,7 @@ async def _materialize(
             "materialize: true)",
             param="previous_response_id",
         )
-    tenant = request.tenant or "-"
+    tenant = ledger_key(request.tenant)
     history = await ledger.history(tenant, previous)
     if history is None:
         raise ProxyError(

@@ -1,14 +1,55 @@
-"""The services every front opens once and passes down, opened the same way by each: the audit
-log and the ledger, whose faults and writes are counted."""
+"""The services every front opens once and passes down, opened by one function: the metrics,
+the audit log, the ledger (its faults and writes counted) and door 2's checks."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
 from proxy import settings
+from proxy.admission.emitted import EmittedChecks
 from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger, Store
 from proxy.state.metrics import Metrics
 from proxy.state.stores import MemoryStore, open_store
+
+
+@dataclass(frozen=True)
+class Services:
+    """What every exchange of one process shares, whichever front it came through."""
+
+    metrics: Metrics
+    audit_log: AuditLog
+    ledger: Ledger
+    emitted: EmittedChecks
+
+
+@contextlib.asynccontextmanager
+async def open_services(
+    audit: settings.Audit,
+    ledger: settings.Ledger,
+    metrics: Metrics,
+    *,
+    chain: str | None = None,
+    lock_path: str | None = None,
+) -> AsyncIterator[Services]:
+    """The services of one process, closed when it stops (`chain` and `lock_path`: a worker's,
+    on a shared stdout)."""
+    audit_log = open_audit_log(audit, chain=chain, lock_path=lock_path)
+    try:
+        opened = open_ledger(ledger, metrics)
+        try:
+            emitted = EmittedChecks(audit_log, metrics)
+            try:
+                yield Services(metrics, audit_log, opened, emitted)
+            finally:
+                await emitted.close()
+        finally:
+            await opened.store.close()
+    finally:
+        audit_log.close()
 
 
 def open_audit_log(

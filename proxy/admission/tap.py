@@ -16,6 +16,11 @@ from proxy.state.ledger import NO_CONTEXT, Context, Ledger
 if TYPE_CHECKING:
     # Only handed over: the hop that relays through the tap loads no schema machinery.
     from proxy.admission.emitted import EmittedCalls
+    from proxy.gate.policy import Policy
+    from proxy.gate.verdict import Bounds
+
+    # A turn's context, its route's policy and its config's bounds (None: the defaults).
+    _Turn = tuple[Context | None, Policy | None, Bounds | None]
 
 log = logging.getLogger("replay_proxy")
 
@@ -37,6 +42,10 @@ class Recording:
     upstream: str | None = None  # the upstream answering: the ledger records that it made it
     # Where the function_calls of the responses recorded wait for door 2's check; None: unchecked.
     emitted: EmittedCalls | None = None
+    # The policy of the route the request took: door 2 checks the answer's calls under it
+    # (None: the config's gate), and lists in its record what the config's bounds allow.
+    policy: Policy | None = None
+    bounds: Bounds | None = None
 
     def tap(
         self, status: int, content_type: str, content_encoding: str, content_length: int | None
@@ -55,6 +64,8 @@ class Recording:
             self.context,
             self.upstream,
             self.emitted,
+            self.policy,
+            self.bounds,
         )
 
 
@@ -64,8 +75,9 @@ class ResponseTap:
     `feed` sees each chunk before it is forwarded, so a follow-up turn sent the moment the
     client has the whole answer finds the record, on any proxy process sharing the store.
 
-    On a WebSocket one tap sees every turn: `expect` queues each forwarded turn's context, and
-    each turn's end (completed, incomplete, failed, or an error event) takes the next one.
+    On a WebSocket one tap sees every turn: `expect` queues each forwarded turn's context and
+    policy, and each turn's end (completed, incomplete, failed, or an error event) takes the
+    next one: a turn's calls go to door 2 with the policy of the route its own frame took.
     """
 
     def __init__(
@@ -80,12 +92,16 @@ class ResponseTap:
         context: Context | None = NO_CONTEXT,
         upstream: str | None = None,
         emitted: EmittedCalls | None = None,
+        policy: Policy | None = None,
+        bounds: Bounds | None = None,
     ) -> None:
         self.ledger = ledger
         self.upstream = upstream
         self.context = context
         self.emitted = emitted
-        self.turns: deque[Context] | None = None
+        self.policy = policy
+        self.bounds = bounds
+        self.turns: deque[_Turn] | None = None
         self.request_id = request_id
         self.tenant = tenant
         self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
@@ -157,18 +173,23 @@ class ResponseTap:
         if kind == "response" or (kind == "response.compaction" and compacts):
             await self.ledger.record(self.tenant, response, self.context, self.upstream)
             if self.emitted is not None:
-                self.emitted.add(response, self.context)
+                self.emitted.add(response, self.context, self.policy, self.bounds)
 
-    def expect(self, context: Context) -> None:
-        """A WebSocket turn was forwarded with this context: its response is recorded with it."""
+    def expect(
+        self, context: Context, policy: Policy | None = None, bounds: Bounds | None = None
+    ) -> None:
+        """A WebSocket turn was forwarded with this context, on a route with this policy, under
+        a config with these bounds: its response is recorded with the context, its calls
+        checked under the policy and listed within the bounds."""
         if self.turns is None:
             self.turns = deque()
-        self.turns.append(context)
+        self.turns.append((context, policy, bounds))
 
-    def _turn_context(self) -> Context | None:
+    def _turn(self) -> _Turn:
+        """The context, policy and bounds of the turn whose response ends now."""
         if self.turns is None:
-            return self.context
-        return self.turns.popleft() if self.turns else NO_CONTEXT
+            return self.context, self.policy, self.bounds
+        return self.turns.popleft() if self.turns else (NO_CONTEXT, None, None)
 
     def _unrecorded(self, fault: body.BodyError) -> None:
         """The tap cannot read this answer in its coding: it goes by, relayed, unrecorded."""
@@ -236,10 +257,10 @@ class ResponseTap:
             if not response.get("output") and self.done_items:
                 response = {**response, "output": self.done_items}
             self.done_items = []
-            context = self._turn_context()
+            context, policy, bounds = self._turn()
             await self.ledger.record(self.tenant, response, context, self.upstream)
             if self.emitted is not None:
-                self.emitted.add(response, context)
+                self.emitted.add(response, context, policy, bounds)
         elif kind in _FAILED and self.turns:
             self.done_items = []
             self.turns.popleft()  # the turn ended without a response to record

@@ -5,9 +5,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from proxy.admission.credentials import CREDENTIAL_HEADERS as CREDENTIAL_HEADERS
+from proxy.admission.credentials import credential_of as credential_of
 from proxy.config import Config
 from proxy.gate.errors import ProxyError
 from proxy.state import audit
+
+# The ledger's key for a request that acts for no tenant (no credential, no clients listed).
+NO_TENANT = "-"
+
+
+def ledger_key(tenant: str | None) -> str:
+    """What the ledger keeps a tenant's responses under."""
+    return tenant or NO_TENANT
 
 
 def tenant_for(credential: str | None, config: Config) -> str | None:

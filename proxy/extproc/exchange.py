@@ -20,26 +20,19 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 
-from proxy.admission import body, pipeline, routing, targets
-from proxy.admission.codings import readable_accept_encoding
-from proxy.admission.emitted import EmittedChecks, recording_of
-from proxy.admission.ids import new_request_id
+from proxy.admission import body, pipeline
+from proxy.admission.credentials import CREDENTIAL_HEADERS
+from proxy.admission.emitted import EmittedChecks
+from proxy.admission.exchange import Exchange, Head, State, read_target, request_ids
 from proxy.admission.routing import RouteCaches
-from proxy.admission.tap import Recording, ResponseTap
-from proxy.admission.tenants import tenant_for
+from proxy.admission.services import Services
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
-from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger
 from proxy.state.metrics import Metrics
 
 log = logging.getLogger("replay_proxy")
 
-# Methods that never carry a request to create a response; on a gated path they pass through
-# only when they have no body (as `serve` has them).
-_BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
-# When the proxy holds the credentials (it lists its clients), a client's never go upstream.
-_CREDENTIALS = ("authorization", "api-key")
 
 _Mode = processing_mode_pb2.ProcessingMode
 # A request the processor has nothing more to do with: the rest of it, and its answer, pass by
@@ -57,33 +50,36 @@ _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
 @dataclass(frozen=True)
 class Front:
-    """What every exchange of one processor shares, as `serve`'s app holds it: the config, the
-    ledger, the audit log, the metrics, the gate's caches for each route's policy, and door 2's
-    checks."""
+    """What every stream of one processor shares, as `serve`'s app holds it: the config, the
+    services (ledger, audit log, metrics, door 2's checks) and the gate's caches for each
+    route's policy."""
 
     config: Config
-    ledger: Ledger
-    audit_log: AuditLog
-    metrics: Metrics
+    services: Services
     caches: RouteCaches
-    emitted: EmittedChecks
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.services.ledger
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.services.metrics
+
+    @property
+    def emitted(self) -> EmittedChecks:
+        return self.services.emitted
 
 
-class Exchange:
-    """One request's stream of messages: each `answer` is the reply Envoy waits for."""
+class ExtprocStream:
+    """One request's stream of messages, translated to and from its exchange: each `answer`
+    is the reply Envoy waits for."""
 
     def __init__(self, front: Front) -> None:
         self.front = front
-        self.request_id = new_request_id()
-        self.started = time.perf_counter()
+        self.exchange = Exchange(front.services, front.config, front.caches, "extproc")
+        self.request_id = self.exchange.request_id
         self.headers: dict[str, list[str]] = {}
-        self.received = ""  # the normalised path as received, a route's prefix and all
-        self.gated: str | None = None  # the canonical gated path, once the body is to be gated
-        self.tenant: str | None = None
-        self.recording: Recording | None = None
-        self.tap: ResponseTap | None = None
-        self.added: Mapping[str, str] = {}  # to the answer (`x-replay-gate`)
-        self.named = False  # the answer carries `x-request-id`: the request reached the gate
 
     async def answer(self, message: Any) -> Any:
         """The ProcessingResponse to one ProcessingRequest.
@@ -118,107 +114,62 @@ class Exchange:
             return ext_proc.ProcessingResponse(request_trailers=ext_proc.TrailersResponse())
         return ext_proc.ProcessingResponse(response_trailers=ext_proc.TrailersResponse())
 
+    def _values(self, name: str) -> list[str]:
+        return self.headers.get(name, [])
+
     async def _request_headers(self, message: Any) -> Any:
-        self.started = time.perf_counter()
+        exchange = self.exchange
+        exchange.started = time.perf_counter()
         self.headers = headers = header_values(message.headers.headers)
-        metrics = self.front.metrics
         raw_target = _one(headers, ":path")
-        config = self.front.config
-        try:
-            read = targets.read_target(raw_target)
-            self.received = read.path
-            # Under a route's prefix, the rest is the request: read, gated and forwarded as such.
-            target = routing.mounted(config.routing, read)
-        except targets.TargetError as exc:
-            metrics.count("any", "invalid_target", "-")
-            raise ProxyError(400, "invalid_request_target", str(exc)) from None
+        read = read_target(raw_target, self.front.metrics)
         method = _one(headers, ":method").upper()
-        gated = target.gated
-        reads = method == "GET" and targets.reads_response(target.path)
         has_body = not message.end_of_stream
-        if gated is None and not reads:
+        decided = exchange.head(method, read, self._values, has_body=has_body)
+        target = exchange.target
+        assert target is not None
+        if exchange.state is State.PASSED:
             # `/-/` too: it is `serve`'s own namespace, and behind Envoy there is none. Under a
             # route's prefix, it goes upstream without it, as `serve` sends it.
             unmounted = None
             if target is not read:
                 unmounted = ext_proc.HeaderMutation(set_headers=[_header(":path", target.forward)])
             return _headers_response(unmounted, mode=_NOTHING_MORE)
-        self.named = True
-        self.tenant = self._tenant()
-        if gated is not None and _one(headers, "upgrade").lower() == "websocket":
-            # Envoy relays a WebSocket's frames without this processor: they cannot be gated.
-            metrics.count("websocket", "invalid", "-")
-            raise ProxyError(
-                400,
-                "websocket_not_gated",
-                "a WebSocket on a gated path cannot be gated behind Envoy: send POST requests, "
-                "or open the WebSocket through `replay-proxy serve`",
-            )
         mutation = self._credentials_mutation()
         if target.forward != raw_target:
             mutation.set_headers.append(_header(":path", target.forward))
-        if gated is not None and (method not in _BODYLESS or has_body):
-            route = targets.GATED[gated]
-            content_type = ", ".join(headers.get("content-type", ()))
-            try:
-                # Refused before the body is read, as `serve` refuses it.
-                body.check_content_type(content_type)
-                self._check_length()
-            except body.BodyError:
-                metrics.count(route, "invalid", "-")
-                raise
-            self.gated = gated
-            _readable_encodings(headers, mutation)
+        if decided is Head.GATE:
+            self._ask_readable(mutation, gated=True)
             if not has_body:
                 # No body message will follow: admission judges the empty body now.
-                decided = await self._request_body(ext_proc.HttpBody(end_of_stream=True))
-                if decided.HasField("immediate_response"):
-                    return decided
+                answered = await self._request_body(ext_proc.HttpBody(end_of_stream=True))
+                if answered.HasField("immediate_response"):
+                    return answered
             return _headers_response(mutation)
-        if not reads:
-            # A bodyless request on a gated path (a GET of the list) goes on as it came.
-            return _headers_response(mutation, mode=_NOTHING_MORE)
         # A response read again is recorded like the answer that created it, as made by the
-        # upstream of the route it takes.
-        try:
-            routed = routing.select(config.routing, self.received, self._route_headers(), None)
-        except ProxyError:
-            metrics.count("any", "invalid", "-")
-            raise
-        limit = config.limits.max_body_bytes
-        self.recording = Recording(
-            self.front.ledger, self.tenant or "-", limit, self.request_id, None, routed.upstream
-        )
-        _readable_encodings(headers, mutation)
+        # upstream of the route it takes; a bodyless request on a gated path (a GET of the
+        # list) goes on as it came.
+        exchange.passthrough(method)
+        if exchange.recording is None:
+            return _headers_response(mutation, mode=_NOTHING_MORE)
+        self._ask_readable(mutation)
         return _headers_response(mutation)
-
-    def _route_headers(self) -> dict[str, str]:
-        """The headers routes match on, as the HTTP front gives them."""
-        headers = self.headers
-        return routing.route_headers(self.front.config.routing, lambda n: headers.get(n, ()))
-
-    def _tenant(self) -> str | None:
-        credential = _one(self.headers, "authorization") or _one(self.headers, "api-key")
-        try:
-            return tenant_for(credential or None, self.front.config)
-        except ProxyError:
-            self.front.metrics.count("any", "unauthorized", "-")
-            raise
 
     def _credentials_mutation(self) -> Any:
         mutation = ext_proc.HeaderMutation()
         if self.front.config.clients:
-            mutation.remove_headers.extend(n for n in _CREDENTIALS if n in self.headers)
+            # When the proxy lists its clients, their credentials never go upstream.
+            mutation.remove_headers.extend(n for n in CREDENTIAL_HEADERS if n in self.headers)
         return mutation
 
-    def _check_length(self) -> None:
-        limit = self.front.config.limits.max_body_bytes
-        declared = _one(self.headers, "content-length")
-        if declared.isdigit() and int(declared) > limit:
-            raise _too_large(limit)
+    def _ask_readable(self, mutation: Any, *, gated: bool = False) -> None:
+        """Leave in the upstream's `Accept-Encoding` only codings the tap can read."""
+        readable = self.exchange.accept_encoding(self._values, gated=gated)
+        if readable is not None:
+            mutation.set_headers.append(_header("accept-encoding", readable))
 
     async def _request_body(self, message: Any) -> Any:
-        if self.gated is None:
+        if self.exchange.state is not State.BODY:
             return ext_proc.ProcessingResponse(request_body=ext_proc.BodyResponse())
         try:
             if not message.end_of_stream:
@@ -238,44 +189,13 @@ class Exchange:
             return self._immediate(pipeline.answer_to(exc))
 
     async def _gate(self, raw: bytes) -> Any:
-        front = self.front
-        config = front.config
-        gated = self.gated
-        assert gated is not None
-        limit = config.limits.max_body_bytes
-        if len(raw) > limit:
-            front.metrics.count(targets.GATED[gated], "invalid", "-")
-            raise _too_large(limit)
-        headers = self.headers
-        admitted = pipeline.Request(
-            raw,
-            gated,
-            "extproc",
-            self.request_id,
-            self.tenant,
-            ", ".join(headers.get("content-type", ())),
-            ", ".join(headers.get("content-encoding", ())),
-            self.started,
-            # What routes match: the route's gate settings and its upstream's name apply behind
-            # Envoy too (Envoy's route sends the request to that upstream's cluster).
-            self.received,
-            self._route_headers(),
-        )
-        decided = await pipeline.admit(
-            admitted,
-            config,
-            ledger=front.ledger,
-            audit_log=front.audit_log,
-            metrics=front.metrics,
-            caches=front.caches,
-        )
+        exchange = self.exchange
+        coding = ", ".join(self.headers.get("content-encoding", ()))
+        decided = await exchange.body(raw, content_encoding=coding, started=exchange.started)
         if isinstance(decided, pipeline.Answer):
             return self._immediate(decided)
-        front.metrics.count(targets.GATED[gated], decided.outcome, decided.upstream)
-        self.added = decided.add_headers
-        if decided.record:
-            self.recording = recording_of(admitted, decided, front.ledger, limit)
-        dropped = [name for name in decided.drop_headers if name in headers]
+        exchange.counted()
+        dropped = [name for name in decided.drop_headers if name in self.headers]
         if decided.data == raw and not dropped:
             return ext_proc.ProcessingResponse(request_body=ext_proc.BodyResponse())
         # Decoded, stripped or rewritten: the bytes the gate judged go up, with their length
@@ -294,28 +214,31 @@ class Exchange:
         )
 
     def _response_headers(self, message: Any) -> Any:
+        exchange = self.exchange
         headers = header_values(message.headers.headers)
         mutation = ext_proc.HeaderMutation()
-        if self.named:
+        if exchange.state is not State.PASSED:
+            # One header each (Envoy overwrites a name set twice): the upstream's ids joined.
             theirs = headers.get("x-request-id", [])
-            if theirs:
-                mutation.set_headers.append(_header("x-upstream-request-id", ", ".join(theirs)))
-            mutation.set_headers.append(_header("x-request-id", self.request_id))
-        for name, value in self.added.items():
-            mutation.set_headers.append(_header(name, value))
+            for name, value in request_ids(self.request_id, [", ".join(theirs)] if theirs else []):
+                mutation.set_headers.append(_header(name, value))
         declared = _one(headers, "content-length")
         length = int(declared) if declared.isdigit() else None
-        if self.recording is not None and not message.end_of_stream:
-            self.tap = self.recording.tap(
-                int(_one(headers, ":status") or 0),
-                _one(headers, "content-type"),
-                ", ".join(headers.get("content-encoding", ())),
-                length,
-            )
+        # An answer without a body completes no response: nothing for the tap.
+        status = 0 if message.end_of_stream else int(_one(headers, ":status") or 0)
+        added = exchange.answer_head(
+            status,
+            _one(headers, "content-type"),
+            ", ".join(headers.get("content-encoding", ())),
+            length,
+        )
+        for name, value in added.items():
+            mutation.set_headers.append(_header(name, value))
+        tap = exchange.tap
         mode = _NO_ANSWER_BODY
-        if self.tap is not None:
+        if tap is not None:
             mode = None  # streamed: chunk by chunk (SSE, or an answer of unknown or large size)
-            if not self.tap.sse and length is not None and length <= self.recording_limit():
+            if not tap.sse and length is not None and length <= self.recording_limit():
                 # A JSON answer within the limit is read whole: one message, and Envoy, which
                 # drops an answer's Content-Length when it hands the body to a processor, gets
                 # it back (the body goes on unchanged).
@@ -334,22 +257,20 @@ class Exchange:
         return self.front.config.limits.max_body_bytes
 
     async def _response_body(self, message: Any) -> Any:
-        tap = self.tap
-        if tap is not None:
+        exchange = self.exchange
+        if exchange.tap is not None:
             # Recorded before Envoy is told to pass the chunk on: a follow-up sent the instant
             # the client has the whole answer finds the record.
-            await tap.feed(bytes(message.body))
+            await exchange.chunk(bytes(message.body))
             if message.end_of_stream:
-                await tap.finish()
+                await exchange.end()
                 self.close()
         return ext_proc.ProcessingResponse(response_body=ext_proc.BodyResponse())
 
     def close(self) -> None:
         """The answer has been relayed, or its stream cut short (the calls the client got
         count): door 2 checks the calls of the responses recorded, as `serve` does."""
-        if self.recording is not None:
-            front = self.front
-            front.emitted.relayed(self.recording.emitted, front.config.gate, front.caches)
+        self.exchange.close()
 
     def _immediate(self, decided: pipeline.Answer) -> Any:
         """The answer `serve` gives, given by Envoy: nothing goes upstream."""
@@ -404,14 +325,3 @@ def _headers_response(mutation: Any = None, *, mode: Any = None) -> Any:
     return ext_proc.ProcessingResponse(
         request_headers=ext_proc.HeadersResponse(response=common), mode_override=mode
     )
-
-
-def _readable_encodings(headers: Mapping[str, list[str]], mutation: Any) -> None:
-    """Leave in the upstream's `Accept-Encoding` only codings the tap can read."""
-    if "accept-encoding" in headers:
-        readable = readable_accept_encoding(", ".join(headers["accept-encoding"]))
-        mutation.set_headers.append(_header("accept-encoding", readable))
-
-
-def _too_large(limit: int) -> body.BodyError:
-    return body.BodyError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")

@@ -1,4 +1,4 @@
-"""The ExternalProcessor gRPC service: one Exchange per stream, sharing one Front."""
+"""The ExternalProcessor gRPC service: one ExtprocStream per stream, sharing one Front."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from typing import Any
 
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
-from proxy.admission.emitted import EmittedChecks
 from proxy.admission.routing import RouteCaches
-from proxy.admission.services import open_audit_log, open_ledger
+from proxy.admission.services import open_services
 from proxy.config import Config
-from proxy.extproc.exchange import Exchange, Front
+from proxy.extproc.exchange import ExtprocStream, Front
 from proxy.state.metrics import Metrics
 
 log = logging.getLogger("replay_proxy")
@@ -29,7 +28,7 @@ class Processor(ext_proc_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     async def Process(  # the gRPC method's own name
         self, request_iterator: AsyncIterable[Any], context: Any
     ) -> AsyncIterator[Any]:
-        exchange = Exchange(self.front)
+        exchange = ExtprocStream(self.front)
         try:
             async for message in request_iterator:
                 yield await exchange.answer(message)
@@ -42,20 +41,13 @@ async def open_front(config: Config, metrics_dir: str | None = None) -> AsyncIte
     """The ledger, audit log, metrics, door 2's checks and gate caches of one processor, as
     `serve` opens its own (the same settings and functions), closed when the processor stops.
     `metrics_dir` is a multiprocess directory its counters are written to (see `Metrics`)."""
-    audit_log = open_audit_log(config.audit)
     metrics = Metrics(
         body_timeout_s=config.limits.body_timeout_s,
         shared_ledger=config.ledger.backend == "redis",
         multiprocess_dir=metrics_dir,
     )
-    ledger = open_ledger(config.ledger, metrics)
-    emitted = EmittedChecks(audit_log, metrics)
-    try:
-        yield Front(config, ledger, audit_log, metrics, RouteCaches(config), emitted)
-    finally:
-        await emitted.close()
-        await ledger.store.close()
-        audit_log.close()
+    async with open_services(config.audit, config.ledger, metrics) as services:
+        yield Front(config, services, RouteCaches(config))
 
 
 def add_to(server: Any, front: Front) -> None:

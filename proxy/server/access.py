@@ -6,15 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import time
-from collections import Counter
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from proxy.admission.access import Access
 from proxy.admission.ids import new_request_id
 from proxy.server.keys import REQUEST_ID
 from proxy.server.tracing import TRACING
@@ -36,64 +33,6 @@ class RequestIdFilter(logging.Filter):
         if getattr(record, "request_id", None) is None:
             record.request_id = CURRENT_REQUEST_ID.get()
         return True
-
-
-@dataclass
-class Access:
-    """What one request did, filled in as it goes; logged once its answer is done. It holds
-    no header, query or body value: nothing a client sent beyond its method and path."""
-
-    request_id: str
-    method: str
-    path: str
-    started: float = field(default_factory=time.perf_counter)
-    route: str | None = None
-    tenant: str | None = None
-    upstream: str | None = None
-    # forward | strip | rewrite | block | error (`code` says which) | admin | client_gone (it
-    # hung up first) | upstream_cut (the upstream failed after the answer began)
-    outcome: str | None = None
-    code: str | None = None
-    status: int | None = None
-    bytes: int = 0
-    body_bytes: int | None = None
-    upstream_s: float | None = None
-    gate_s: float | None = None
-    # Findings by action (block, strip, rewrite, log); on a WebSocket, over all its frames.
-    findings: Counter[str] = field(default_factory=Counter)
-    frames: int | None = None
-
-    def failed(self, code: str) -> None:
-        """The proxy answered with an error of its own."""
-        self.code = code
-        self.outcome = "block" if code == "replay_rejected" else "error"
-
-    def fields(self) -> dict[str, Any]:
-        """The access line's fields, in the order the text line shows them."""
-        elapsed = time.perf_counter() - self.started
-        found: dict[str, Any] = {
-            "method": self.method,
-            "path": self.path,
-            "route": self.route,
-            "tenant": self.tenant,
-            "upstream": self.upstream,
-            "outcome": self.outcome,
-            "code": self.code,
-            "status": self.status,
-            "bytes": self.bytes,
-            "body_bytes": self.body_bytes,
-            "findings": sum(self.findings.values()),
-            **{f"findings_{action}": n for action, n in sorted(self.findings.items())},
-            "frames": self.frames,
-            "upstream_ms": _ms(self.upstream_s),
-            "gate_ms": _ms(self.gate_s),
-            "duration_ms": _ms(elapsed),
-        }
-        return {name: value for name, value in found.items() if value is not None}
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 3)
 
 
 ACCESS = web.RequestKey("access", Access)

@@ -7,7 +7,7 @@ from aiohttp.typedefs import Handler
 
 from proxy.gate.errors import ProxyError
 from proxy.server.clients import tenant_of
-from proxy.server.keys import IN_FORCE, LEDGER, READINESS
+from proxy.server.keys import IN_FORCE, READINESS, SERVICES
 from proxy.server.readiness import is_ready
 
 
@@ -38,7 +38,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def ready(request: web.Request) -> web.Response:
     """200 when every check readiness depends on holds, else 503; the body lists every check."""
     app = request.app
-    checks = await app[READINESS].checks(app[IN_FORCE].current.config, app[LEDGER].store)
+    checks = await app[READINESS].checks(app[IN_FORCE].current.config, app[SERVICES].ledger.store)
     ok = is_ready(checks)
     return web.json_response(
         {"status": "ready" if ok else "not_ready", "checks": [c.as_dict() for c in checks]},

@@ -7,48 +7,35 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
-from proxy.admission import body, pipeline, routing, targets
-from proxy.admission.emitted import EmittedChecks, recording_of
+from proxy.admission import body, pipeline, targets
+from proxy.admission.exchange import Exchange, Head, read_target, request_ids, too_large
 from proxy.admission.ids import new_request_id
-from proxy.admission.services import open_audit_log, open_ledger
-from proxy.admission.tap import Recording
+from proxy.admission.services import open_services
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server import admin
 from proxy.server.access import ACCESS, observe
-from proxy.server.clients import tenant_of
-from proxy.server.headers import body_headers_named, readable_accept_encoding, upstream_headers
+from proxy.server.forward import forward
+from proxy.server.headers import body_headers_named, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
-from proxy.server.keys import (
-    AUDIT,
-    EMITTED,
-    IN_FORCE,
-    LEDGER,
-    METRICS,
-    READINESS,
-    REQUEST_ID,
-    WORKER,
-)
+from proxy.server.keys import IN_FORCE, METRICS, READINESS, REQUEST_ID, SERVICES, WORKER
 from proxy.server.readiness import Readiness
 from proxy.server.tracing import TRACING, Tracing
-from proxy.server.upstream import Upstream, UpstreamError, not_utf8, upstream_failure
-from proxy.server.websocket import is_websocket, relay_websocket, relay_websocket_ungated
+from proxy.server.upstream import not_utf8
+from proxy.server.websocket import relay_websocket, relay_websocket_ungated
 from proxy.state.ledger import LedgerFault
 from proxy.state.metrics import CONTENT_TYPE, Metrics
 from proxy.state.workers import WorkerSlot
 
 log = logging.getLogger("replay_proxy")
 
-# Methods that never carry a request to create a response; on a gated path they pass through
-# only when they have no body.
-_BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Headers of the client's not to relay, beyond those the upstream hop sets itself.
 _KEEP_ALL: frozenset[str] = frozenset()
 
@@ -81,11 +68,7 @@ _BEGUN = web.RequestKey("answer_begun", web.StreamResponse)
 async def check_target(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A request target that is not valid origin-form or absolute-form is refused (400) here,
     whatever the path and method, before any handler (an admin one too) runs."""
-    try:
-        request[TARGET] = targets.read_target(request.raw_path)
-    except targets.TargetError as exc:
-        request.app[METRICS].count("any", "invalid_target", "-")
-        raise ProxyError(400, "invalid_request_target", str(exc)) from None
+    request[TARGET] = read_target(request.raw_path, request.app[METRICS])
     return await handler(request)
 
 
@@ -137,9 +120,8 @@ async def _name_the_request(request: web.Request, response: web.StreamResponse) 
     `x-request-id`; an upstream's own id moves to `x-upstream-request-id` (the proxy's
     answers never set `x-request-id` themselves, so one present here is the upstream's)."""
     headers = response.headers
-    for theirs in headers.popall("x-request-id", ()):
-        headers.add("x-upstream-request-id", theirs)
-    headers["x-request-id"] = request.get(REQUEST_ID) or new_request_id()
+    theirs = headers.popall("x-request-id", ())
+    headers.extend(request_ids(request.get(REQUEST_ID) or new_request_id(), theirs))
     request[_BEGUN] = response
     access = request.get(ACCESS)
     if access is not None:  # the status sent, even if the handler is cut short after
@@ -190,9 +172,7 @@ def make_app(
     app.cleanup_ctx.append(in_force_ctx)
     if books.process is not None:
         app.cleanup_ctx.append(_worker_process_ctx)
-    app.cleanup_ctx.append(_audit_ctx)
-    app.cleanup_ctx.append(_emitted_ctx)
-    app.cleanup_ctx.append(_ledger_ctx)
+    app.cleanup_ctx.append(_services_ctx)
     app.cleanup_ctx.append(_watch_workers_ctx)
     app.cleanup_ctx.append(_tracing_ctx)
     app.router.add_get("/-/healthy", healthy)
@@ -223,28 +203,19 @@ async def _watch_workers_ctx(app: web.Application) -> AsyncIterator[None]:
     await asyncio.gather(watch, return_exceptions=True)
 
 
-async def _audit_ctx(app: web.Application) -> AsyncIterator[None]:
+async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     worker = app.get(WORKER)
-    app[AUDIT] = open_audit_log(
-        app[IN_FORCE].current.config.audit,
+    config = app[IN_FORCE].current.config
+    async with open_services(
+        config.audit,
+        config.ledger,
+        app[METRICS],
         # Several workers on stdout: a chain each, named, and written whole.
         chain=None if worker is None else worker.chain,
         lock_path=None if worker is None else worker.stdout_lock,
-    )
-    yield
-    app[AUDIT].close()
-
-
-async def _emitted_ctx(app: web.Application) -> AsyncIterator[None]:
-    app[EMITTED] = EmittedChecks(app[AUDIT], app[METRICS])
-    yield
-    await app[EMITTED].close()
-
-
-async def _ledger_ctx(app: web.Application) -> AsyncIterator[None]:
-    ledger = app[LEDGER] = open_ledger(app[IN_FORCE].current.config.ledger, app[METRICS])
-    yield
-    await ledger.store.close()
+    ) as services:
+        app[SERVICES] = services
+        yield
 
 
 async def _worker_process_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -279,246 +250,141 @@ async def metrics(request: web.Request) -> web.Response:
     # its worker last set: there is no reading another worker's memory).
     books.verdict_cache.set(len(app[IN_FORCE].current.caches))
     try:
-        books.ledger_responses.set(await app[LEDGER].store.size())
+        books.ledger_responses.set(await app[SERVICES].ledger.store.size())
     except LedgerFault as exc:
-        app[LEDGER].fault("size", exc)
+        app[SERVICES].ledger.fault("size", exc)
     # Rendering reads every worker's files: not on the event loop.
     rendered = await asyncio.to_thread(books.render)
     return web.Response(body=rendered, headers={"Content-Type": CONTENT_TYPE})
 
 
 async def proxy(request: web.Request) -> web.StreamResponse:
+    current = request.app[IN_FORCE].current
+    exchange = Exchange(
+        request.app[SERVICES], current.config, current.caches, "http", request[REQUEST_ID]
+    )
     named = body_headers_named(request.headers)
     if named:
         # Dropped as hop-by-hop, such a header would leave the upstream reading the body
         # differently from the proxy.
-        request.app[METRICS].count("any", "invalid", "-")
-        raise ProxyError(
-            400,
-            "invalid_connection_header",
-            f"Connection names {named[0]}, which gives the body its meaning and is never dropped",
+        raise exchange.refuse(
+            ProxyError(
+                400,
+                "invalid_connection_header",
+                f"Connection names {named[0]}, which gives the body its meaning and is never "
+                "dropped",
+            )
         )
     unreadable = not_utf8(request.headers)
     if unreadable is not None:
         # It could not go upstream as it came (see not_utf8): refused rather than changed.
-        request.app[METRICS].count("any", "invalid", "-")
-        raise ProxyError(400, "invalid_header", f"the value of {unreadable} is not UTF-8 text")
-    current = request.app[IN_FORCE].current
+        failure = ProxyError(400, "invalid_header", f"the value of {unreadable} is not UTF-8 text")
+        raise exchange.refuse(failure)
     current.acquire()
     try:
-        return await _proxy(request, current)
+        return await _proxy(request, current, exchange)
     finally:
         await current.release()
 
 
-def _own(request: web.Request, target: targets.Target) -> ProxyError:
-    request.app[METRICS].count("any", "not_found", "-")
-    message = f"{request.method} {target.path}: no such admin endpoint; /-/ is never forwarded"
-    return ProxyError(404, "not_found", message)
-
-
-async def _proxy(request: web.Request, current: InForce) -> web.StreamResponse:
+async def _proxy(request: web.Request, current: InForce, exchange: Exchange) -> web.StreamResponse:
     target = request[TARGET]
-    routes = current.config.routing
-    received = target.path
-    try:
-        # Under a route's prefix, the rest is the request: read, gated and forwarded as such.
-        target = routing.mounted(routes, target)
-    except targets.TargetError as exc:
-        request.app[METRICS].count("any", "invalid_target", "-")
-        raise ProxyError(400, "invalid_request_target", str(exc)) from None
-    if target.own:
-        raise _own(request, target)
-    try:
-        tenant = tenant_of(request.headers, current.config)
-    except ProxyError:
-        request.app[METRICS].count("any", "unauthorized", "-")
-        raise
-    matched = routing.route_headers(routes, lambda name: request.headers.getall(name, ()))
-    gated = target.gated
+    headers = request.headers
+
+    def values(name: str) -> list[str]:
+        return headers.getall(name, [])
+
+    decided = exchange.head(request.method, target, values, has_body=request.body_exists)
     access = request[ACCESS]
-    access.tenant = tenant
+    access.tenant = exchange.tenant
+    assert exchange.target is not None
+    gated = exchange.target.gated
     access.route = "passthrough" if gated is None else targets.GATED[gated]
-    bodied = request.method not in _BODYLESS or request.body_exists
-    if gated is not None and bodied and not is_websocket(request):
-        return await gate(request, current, tenant, gated, target.query, received, matched)
-    try:
-        routed = routing.select(routes, received, matched, None)
-    except ProxyError:
-        request.app[METRICS].count("any", "invalid", "-")
-        raise
-    upstream = current.upstreams[routed.upstream]
-    if gated is not None and is_websocket(request):
-        return await relay_websocket(
-            request, current, upstream, tenant, (gated, target.query, received, matched)
+    if decided is Head.GATE:
+        return await gate(request, current, exchange)
+    if decided is Head.SOCKET:
+        upstream = current.upstreams[exchange.passthrough(request.method)]
+        return await relay_websocket(request, current, upstream, exchange)
+    upstream = current.upstreams[exchange.passthrough(request.method)]
+    if request.method == "GET" and headers.get("Upgrade", "").lower() == "websocket":
+        return await relay_websocket_ungated(
+            request, current, upstream, exchange.target.forward, exchange
         )
-    if is_websocket(request):
-        return await relay_websocket_ungated(request, current, upstream, target.forward)
     data = request.content.iter_any() if request.body_exists else None
-    headers = upstream_headers(request.headers, current.config, _KEEP_ALL, upstream.settings)
-    recording = None
-    if request.method == "GET" and targets.reads_response(target.path):
-        # A response read again (a background one, done by now) is recorded like a POST's
-        # answer: its follow-up pairs with the calls it shows.
-        limit = current.config.limits.max_body_bytes
-        recording = Recording(
-            request.app[LEDGER], tenant or "-", limit, request[REQUEST_ID], None, upstream.name
-        )
-        _readable_encodings(headers)
-    return await relay(
-        request, upstream, "passthrough", target.forward, data, headers, recording=recording
+    sent = upstream_headers(headers, current.config, _KEEP_ALL, upstream.settings)
+    _ask_readable(exchange, sent)
+    return await forward(
+        request,
+        exchange,
+        upstream,
+        exchange.target.forward,
+        data,
+        sent,
+        access,
+        request.app.get(TRACING),
     )
 
 
-def _readable_encodings(headers: CIMultiDict[str]) -> None:
+def _ask_readable(exchange: Exchange, headers: CIMultiDict[str]) -> None:
     """Leave in the upstream's `Accept-Encoding` only codings the tap can read."""
-    if "Accept-Encoding" in headers:
-        headers["Accept-Encoding"] = readable_accept_encoding(
-            ", ".join(headers.popall("Accept-Encoding"))
-        )
+    readable = exchange.accept_encoding(lambda name: headers.getall(name, []))
+    if readable is not None:
+        headers.popall("Accept-Encoding", None)
+        headers["Accept-Encoding"] = readable
 
 
-async def relay(
-    request: web.Request,
-    upstream: Upstream,
-    route: str,
-    target: str,
-    data: bytes | AsyncIterable[bytes] | None,
-    headers: CIMultiDict[str],
-    extra_headers: Mapping[str, str] | None = None,
-    outcome: str = "forward",
-    recording: Recording | None = None,
-) -> web.StreamResponse:
-    app = request.app
-    books = app[METRICS]
-    streams = books.open_streams
-    access = request[ACCESS]
-    access.outcome = outcome
-    if TRACING in app:
-        app[TRACING].inject(headers)
-    streams.inc()
-    sent = time.perf_counter()
-    name = access.upstream = upstream.name
-
-    def answered(status: int, seconds: float) -> None:
-        books.upstream_answered(name, route, str(status), seconds)
-
-    try:
-        response = await upstream.relay(
-            request,
-            target,
-            request_id=request[REQUEST_ID],
-            data=data,
-            headers=headers,
-            extra_headers=extra_headers,
-            recording=recording,
-            on_head=answered,
-            access=access,
-        )
-    except UpstreamError as exc:
-        status = exc.code.removeprefix("upstream_")
-        books.upstream_answered(name, route, status, time.perf_counter() - sent)
-        books.count(route, "upstream_error", name)
-        what = f"{request.method} {target.partition('?')[0]}"  # no query in the log
-        raise upstream_failure(request[REQUEST_ID], what, exc) from None
-    finally:
-        streams.dec()
-    books.count(route, outcome, name)
-    return response
-
-
-async def gate(
-    request: web.Request,
-    current: InForce,
-    tenant: str | None,
-    path: str,
-    query: str,
-    received: str | None = None,
-    matched: Mapping[str, str] | None = None,
-) -> web.StreamResponse:
-    """Read a request body and run it through admission: answer it here, or forward it."""
-    app = request.app
+async def gate(request: web.Request, current: InForce, exchange: Exchange) -> web.StreamResponse:
+    """Read a request body and hand it to its exchange: answer it here, or forward it."""
     config = current.config
-    route = targets.GATED[path]
     headers = request.headers
-    content_type = ", ".join(headers.getall("Content-Type", ()))
     try:
-        # Refused before the body is read: no need to wait for one that will not be read.
-        body.check_content_type(content_type)
         raw = await read_raw(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
-    except body.BodyError:
-        app[METRICS].count(route, "invalid", "-")
-        raise
+    except body.BodyError as exc:
+        raise exchange.invalid(exc) from None
     except TimeoutError:
-        app[METRICS].count(route, "invalid", "-")
         timeout_s = config.limits.body_timeout_s
         message = f"the body did not arrive within {timeout_s:g} s"
-        raise ProxyError(408, "body_timeout", message, close=True) from None
+        raise exchange.invalid(ProxyError(408, "body_timeout", message, close=True)) from None
     # The gate's time starts once the body is here: the client's upload is not the gate's.
     arrived = time.perf_counter()
-    request_id = request[REQUEST_ID]
     access = request[ACCESS]
     access.body_bytes = len(raw)
-    admitted = pipeline.Request(
-        raw,
-        path,
-        "http",
-        request_id,
-        tenant,
-        content_type,
-        ", ".join(headers.getall("Content-Encoding", ())),
-        arrived,
-        received,
-        matched or {},
-    )
-    decided = await pipeline.admit(
-        admitted,
-        config,
-        ledger=app[LEDGER],
-        audit_log=app[AUDIT],
-        metrics=app[METRICS],
-        caches=current.caches,
-    )
+    coding = ", ".join(headers.getall("Content-Encoding", ()))
+    decided = await exchange.body(raw, content_encoding=coding, started=arrived)
     access.gate_s = time.perf_counter() - arrived
     if decided.findings:
         access.findings.update(finding.action for finding in decided.findings)
     if isinstance(decided, pipeline.Answer):
         access.failed(decided.body["error"]["code"])
         return answer(decided)
-    recording = None
     upstream = current.upstreams[decided.upstream]
     sent = upstream_headers(headers, config, decided.drop_headers, upstream.settings)
-    if decided.record:
-        recording = recording_of(admitted, decided, app[LEDGER], config.limits.max_body_bytes)
-        _readable_encodings(sent)
-    try:
-        return await relay(
-            request,
-            upstream,
-            route,
-            path + query,
-            decided.data,
-            sent,
-            decided.add_headers or None,
-            decided.outcome,
-            recording,
-        )
-    finally:
-        if recording is not None:
-            app[EMITTED].relayed(recording.emitted, config.gate, current.caches)
+    _ask_readable(exchange, sent)
+    assert exchange.target is not None
+    assert exchange.target.gated is not None
+    return await forward(
+        request,
+        exchange,
+        upstream,
+        exchange.target.gated + exchange.target.query,
+        decided.data,
+        sent,
+        access,
+        request.app.get(TRACING),
+    )
 
 
 async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:
     """The body exactly as it arrived; more than `limit` bytes is 413 without reading on, and
     a body that takes longer than `timeout_s` to arrive is a TimeoutError."""
     if request.content_length is not None and request.content_length > limit:
-        raise _too_large(limit)
+        raise too_large(limit)
     content = request.content
     if content.is_eof():
         # Already whole, as small bodies usually are by the time the handler runs.
         whole = content.read_nowait()
         if len(whole) > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         return whole
     # Joined once at the end: growing one buffer chunk by chunk copied and faulted in a 1 MB
     # body several times over (1.2 ms of its 12 ms under load).
@@ -529,9 +395,5 @@ async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise _too_large(limit)
+                raise too_large(limit)
     return b"".join(chunks)
-
-
-def _too_large(limit: int) -> body.BodyError:
-    return body.BodyError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")

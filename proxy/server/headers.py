@@ -9,6 +9,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 # The codings the tap can read, which every front that records answers asks the upstream for.
 from proxy.admission.codings import READABLE_CODINGS as READABLE_CODINGS
 from proxy.admission.codings import readable_accept_encoding as readable_accept_encoding
+from proxy.admission.credentials import CREDENTIAL_HEADERS
 
 if TYPE_CHECKING:
     # Only a type here: the upstream hop that reads these rules must not load the gate.
@@ -74,7 +75,7 @@ def relayed_headers(
 
 # Credentials a client presents; when the proxy authenticates clients or holds the upstream
 # key itself, they are the proxy's, and never go upstream.
-CREDENTIALS = frozenset({"authorization", "api-key"})
+CREDENTIALS = frozenset(CREDENTIAL_HEADERS)
 
 
 def upstream_headers(

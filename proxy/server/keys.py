@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.admission.emitted import EmittedChecks
+from proxy.admission.exchange import Exchange
+from proxy.admission.services import Services
 from proxy.server.in_force import InForceHolder
 from proxy.server.readiness import Readiness
-from proxy.state.audit import AuditLog
-from proxy.state.ledger import Ledger
 from proxy.state.metrics import Metrics
 from proxy.state.workers import WorkerSlot
 
 IN_FORCE = web.AppKey("in_force", InForceHolder)
 
-AUDIT = web.AppKey("audit", AuditLog)
-
 METRICS = web.AppKey("metrics", Metrics)
 
-LEDGER = web.AppKey("ledger", Ledger)
+# The audit log, the ledger and door 2's checks (with the metrics): opened once, at start.
+SERVICES = web.AppKey("services", Services)
 
-# Door 2: the checks of the calls upstreams emitted, run once each answer is relayed.
-EMITTED = web.AppKey("emitted", EmittedChecks)
+# The request's exchange, once its target was read.
+EXCHANGE = web.RequestKey("exchange", Exchange)
 
 # The proxy's own id of a request (`proxy.admission.ids.new_request_id`).
 REQUEST_ID = web.RequestKey("request_id", str)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Span
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from proxy.server.access import Access
+    from proxy.admission.access import Access
 
 
 class Tracing:

@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import logging
 import ssl
-import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import aiohttp
-from aiohttp import web
 from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from proxy import settings
-from proxy.admission.tap import Recording
 from proxy.gate.errors import ProxyError
-from proxy.server.headers import REQUEST_OWN, relayed_headers
-
-if TYPE_CHECKING:
-    from proxy.server.access import Access
+from proxy.server.headers import REQUEST_OWN
 
 log = logging.getLogger("replay_proxy")
 
@@ -171,27 +165,20 @@ class Upstream:
         except aiohttp.ClientError as exc:
             raise UpstreamError(502, "upstream_unreachable", str(exc)) from None
 
-    async def relay(
+    async def send(
         self,
-        request: web.Request,
+        method: str,
         target: str,
         *,
-        request_id: str,
         data: bytes | AsyncIterable[bytes] | None,
         headers: CIMultiDict[str],
-        extra_headers: Mapping[str, str] | None = None,
-        recording: Recording | None = None,
-        on_head: Callable[[int, float], None] | None = None,
-        access: Access | None = None,
-    ) -> web.StreamResponse:
-        """Send the request upstream and stream the answer back chunk by chunk; `recording`
-        says where a 200 answer's response is recorded, `on_head` is told the status of an
-        answer whose head arrived whole and how long it took, `access` that time too and how
-        many body bytes went back.
+        content_length: int | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send the request upstream (`content_length`: of a streamed body, sent with it, not
+        chunked); the answer whose head has arrived, its headers UTF-8. The caller reads its
+        body and releases it.
 
-        Raises UpstreamError when no answer arrives; once the answer has started, an upstream
-        failure cuts the client's connection so that it cannot mistake a partial answer for
-        a whole one.
+        Raises UpstreamError when no answer arrives.
         """
         for name in REQUEST_OWN:
             headers.popall(name, None)
@@ -199,20 +186,11 @@ class Upstream:
         if isinstance(data, bytes) and len(data) > _SLICE_BYTES:
             headers["Content-Length"] = str(len(data))
             body = _slices(data)
-        elif data is not None and not isinstance(data, bytes) and request.content_length:
-            # A streamed body of known length goes with it, not chunked (as it came).
-            headers["Content-Length"] = str(request.content_length)
-        # For the log: the path without its query, which may carry a value that is not the
-        # log's to keep (a key, an argument).
-        what = f"{request.method} {target.partition('?')[0]}"
-        sent = time.perf_counter()
+        elif data is not None and not isinstance(data, bytes) and content_length:
+            headers["Content-Length"] = str(content_length)
         try:
             answer = await self.session.request(
-                request.method,
-                self.url(target),
-                headers=headers,
-                data=body,
-                allow_redirects=False,
+                method, self.url(target), headers=headers, data=body, allow_redirects=False
             )
         except TimeoutError:
             raise UpstreamError(504, "upstream_timeout", "no answer in time") from None
@@ -233,22 +211,11 @@ class Upstream:
             raise UpstreamError(
                 502, "upstream_unreachable", f"the connection failed: {exc!r}"
             ) from None
-        waited = time.perf_counter() - sent  # until the answer's head: one figure for both
-        if access is not None:
-            access.upstream_s = waited
-        try:
-            bad = not_utf8(answer.headers)
-            if bad is not None:
-                raise UpstreamError(
-                    502, "upstream_bad_response", f"the value of {bad} is not UTF-8"
-                )
-            if on_head is not None:
-                on_head(answer.status, waited)
-            return await _stream(
-                request, answer, what, request_id, extra_headers, recording, access
-            )
-        finally:
+        bad = not_utf8(answer.headers)
+        if bad is not None:
             answer.release()
+            raise UpstreamError(502, "upstream_bad_response", f"the value of {bad} is not UTF-8")
+        return answer
 
 
 async def _slices(data: bytes) -> AsyncIterator[memoryview]:
@@ -257,76 +224,7 @@ async def _slices(data: bytes) -> AsyncIterator[memoryview]:
         yield view[start : start + _SLICE_BYTES]
 
 
-async def _stream(
-    request: web.Request,
-    answer: aiohttp.ClientResponse,
-    what: str,
-    request_id: str,
-    extra_headers: Mapping[str, str] | None,
-    recording: Recording | None,
-    access: Access | None = None,
-) -> web.StreamResponse:
-    """Relay an upstream answer whose head has arrived, chunk by chunk, to the client."""
-    response = web.StreamResponse(status=answer.status, reason=answer.reason)
-    content = answer.content
-    if content.total_bytes or content.is_eof():
-        # The head goes out with the first chunk, in one write; aiohttp's own Response does
-        # this, StreamResponse sends the head on its own unless told not to.
-        response._send_headers_immediately = False
-    response.headers.update(relayed_headers(answer.headers))
-    if extra_headers:
-        response.headers.update(extra_headers)
-    headers = answer.headers
-    tap = (
-        recording.tap(
-            answer.status,
-            headers.get("Content-Type", ""),
-            ", ".join(headers.getall("Content-Encoding", ())),
-            answer.content_length,
-        )
-        if recording is not None
-        else None
-    )
-    # An answer the end of its connection delimits (RFC 9112 §6.3) is whole only if a FIN
-    # ended it: aiohttp ends its body the same way on a reset, and keeps the reset on the
-    # connection's protocol (never reused after such an answer), held on to here.
-    protocol = None
-    if _delimited_by_close(request.method, answer) and answer.connection is not None:
-        protocol = answer.connection.protocol
-    try:
-        await response.prepare(request)
-        async for chunk in content.iter_any():
-            if tap is not None:
-                await tap.feed(chunk)
-            await response.write(chunk)
-            if access is not None:
-                access.bytes += len(chunk)
-        cut = _cut(protocol)
-        if cut is not None:
-            raise cut
-        if tap is not None:
-            await tap.finish()
-    except ConnectionResetError:
-        # The client hung up (aiohttp's ClientConnectionResetError is one): the upstream
-        # connection is closed, not reused.
-        log.info("%s client went away mid-answer: %s", request_id, what)
-        if access is not None:
-            access.outcome = "client_gone"
-        answer.close()
-        return response
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        log.warning("%s upstream failed mid-answer: %s: %r", request_id, what, exc)
-        if access is not None:
-            access.outcome = "upstream_cut"
-        answer.close()
-        if request.transport is not None:
-            request.transport.close()
-        return response
-    await response.write_eof()
-    return response
-
-
-def _delimited_by_close(method: str, answer: aiohttp.ClientResponse) -> bool:
+def delimited_by_close(method: str, answer: aiohttp.ClientResponse) -> bool:
     """Whether the answer's body ends with its connection (RFC 9112 §6.3, rule 8)."""
     if method == "HEAD" or answer.status < 200 or answer.status in (204, 304):
         return False
@@ -334,7 +232,7 @@ def _delimited_by_close(method: str, answer: aiohttp.ClientResponse) -> bool:
     return answer.content_length is None and "chunked" not in coding
 
 
-def _cut(protocol: ResponseHandler | None) -> BaseException | None:
+def cut_of(protocol: ResponseHandler | None) -> BaseException | None:
     """The error a close-delimited answer's connection ended with, unless a FIN ended it."""
     error = protocol.exception() if protocol is not None else None
     if isinstance(error, aiohttp.ServerDisconnectedError):

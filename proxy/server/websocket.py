@@ -14,25 +14,18 @@ import aiohttp
 from aiohttp import web
 
 from proxy.admission import body, pipeline
+from proxy.admission.access import Access
 from proxy.admission.continuations import Continuations
-from proxy.admission.emitted import EmittedCalls
+from proxy.admission.exchange import Exchange
 from proxy.admission.ids import new_request_id
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
-from proxy.server.access import ACCESS, Access
+from proxy.server.access import ACCESS
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
-from proxy.server.keys import (
-    AUDIT,
-    EMITTED,
-    IN_FORCE,
-    LEDGER,
-    METRICS,
-    REQUEST_ID,
-)
+from proxy.server.keys import IN_FORCE, METRICS, REQUEST_ID
 from proxy.server.tracing import TRACING
 from proxy.server.upstream import Upstream, UpstreamError, upstream_failure
-from proxy.state.audit import Relayed
 
 log = logging.getLogger("replay_proxy")
 
@@ -42,10 +35,6 @@ _HANDSHAKE = (
     "the WebSocket handshake is invalid: it needs Connection: Upgrade, Sec-WebSocket-Version: 13 "
     "and a Sec-WebSocket-Key of 16 bytes in base64"
 )
-
-
-def is_websocket(request: web.Request) -> bool:
-    return request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket"
 
 
 def _protocols(request: web.Request) -> list[str]:
@@ -111,13 +100,13 @@ async def close_as(sink: _Socket, ending: Ending) -> None:
 
 
 async def relay_websocket_ungated(
-    request: web.Request, current: InForce, to: Upstream, target: str
+    request: web.Request, current: InForce, to: Upstream, target: str, exchange: Exchange
 ) -> web.StreamResponse:
     """A WebSocket on a path that is not gated: open the same one upstream under `target` (the
     normalised path), then pass frames both ways as they are, and the close code and reason of
     whichever side ends first to the other."""
-    client, upstream = await _connect(request, current, to, target, route="passthrough")
-    request.app[METRICS].count("passthrough", "forward", to.name)
+    client, upstream = await _connect(request, current, to, target, exchange)
+    exchange.counted()
     request[ACCESS].outcome = "forward"
     return await _relay(
         request,
@@ -135,12 +124,11 @@ async def _connect(
     current: InForce,
     to: Upstream,
     target: str,
-    *,
-    route: str | None = None,
+    exchange: Exchange | None = None,
 ) -> tuple[web.WebSocketResponse, aiohttp.ClientWebSocketResponse]:
     """The same WebSocket opened upstream under `target`, and the client's side to answer the
     upgrade with; a handshake that cannot be answered is refused before the upstream is asked.
-    With `route`, an upstream that cannot be had is counted under it."""
+    With an `exchange` (an ungated WebSocket), an upstream that cannot be had is counted."""
     limit = current.config.limits.max_body_bytes
     protocols = _protocols(request)
     if not web.WebSocketResponse(protocols=protocols).can_prepare(request):
@@ -157,16 +145,17 @@ async def _connect(
         failed = str(exc.status) if exc.code == "upstream_refused" else exc.code
         books.upstream_answered(
             to.name,
-            route or "websocket",
+            "websocket" if exchange is None else exchange.route,
             failed.removeprefix("upstream_"),
             time.perf_counter() - sent,
         )
-        if route is not None:
-            books.count(route, "upstream_error", to.name)
+        if exchange is not None:
+            exchange.upstream_failed()
         what = f"WebSocket {target.partition('?')[0]}"
         raise upstream_failure(request[REQUEST_ID], what, exc) from None
     elapsed = time.perf_counter() - sent
-    books.upstream_answered(to.name, route or "websocket", "101", elapsed)
+    route = "websocket" if exchange is None else exchange.route
+    books.upstream_answered(to.name, route, "101", elapsed)
     request[ACCESS].upstream_s = elapsed  # until the upgrade's answer
     client = web.WebSocketResponse(
         protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=limit
@@ -250,61 +239,35 @@ async def _pass_frames(source: _Socket, sink: _Socket, ending: Ending) -> None:
 
 
 async def relay_websocket(
-    request: web.Request,
-    current: InForce,
-    to: Upstream,
-    tenant: str | None,
-    routed: tuple[str, str, str, Mapping[str, str]],
+    request: web.Request, current: InForce, to: Upstream, exchange: Exchange
 ) -> web.StreamResponse:
     """Open the same WebSocket upstream, then relay frames both ways until either side ends.
 
-    `routed` is the canonical gated path, the query, the path as received and the headers the
-    routes match on: the upgrade chose the upstream by them, and each frame is routed by them
-    and its own body (a frame whose model routes elsewhere is refused).
+    `exchange` is the upgrade's: it chose the upstream by the path as received and the headers
+    routes match on, and each frame is an exchange of its own, routed by them and its own body
+    (a frame whose model routes elsewhere is refused) and gated under its own route's policy.
 
     The upgrade answer's `x-request-id` names the connection; each frame the gate judges gets
     an id of its own (its audit record's, and its error frame's `error.request_id`), logged
     with the connection's when the frame is answered here.
     """
     app = request.app
-    path, query, received, matched = routed
-    connection_id = request[REQUEST_ID]
+    assert exchange.target is not None
+    assert exchange.target.gated is not None
     access = request[ACCESS]
     access.route = "websocket"
-    client, upstream = await _connect(request, current, to, path + query)
+    target = exchange.target.gated + exchange.target.query
+    client, upstream = await _connect(request, current, to, target)
     access.outcome, access.frames = "forward", 0
-    limit = current.config.limits.max_body_bytes
-    # Door 2's records of a connection name it: its frames' own ids are not kept per turn.
-    emitted = EmittedCalls(
-        Relayed(connection_id, "websocket", path, tenant, None, to.name),
-        bounds=pipeline.bounds_of(current.config),
-    )
-    tap = ResponseTap(
-        app[LEDGER],
-        tenant or "-",
-        "",
-        None,
-        limit,
-        request_id=connection_id,
-        upstream=to.name,
-        emitted=emitted,
-    )
-    frames = _ClientFrames(
-        app,
-        path,
-        tenant,
-        connection_id,
-        tap=tap,
-        access=access,
-        route=(received, matched, to.name),
-    )
+    tap = exchange.watch_turns()
+    frames = _ClientFrames(app, exchange, access=access)
     return await _relay(
         request,
         client,
         upstream,
         lambda pair: (
             frames.relay(client, upstream, pair.client_ended),
-            _upstream_frames(app, upstream, client, tap, pair.upstream_ended),
+            _upstream_frames(app, exchange, upstream, client, tap, pair.upstream_ended),
         ),
     )
 
@@ -315,14 +278,9 @@ class _ClientFrames:
     still continue."""
 
     app: web.Application
-    path: str
-    tenant: str | None
-    connection_id: str
+    connection: Exchange  # the upgrade's: its frames' tenant, path, headers and upstream
     continuations: Continuations = field(default_factory=Continuations)
-    tap: ResponseTap | None = None  # records each forwarded turn's response with its input
     access: Access | None = None  # the connection's: its frames and their findings counted
-    # The path as received, the headers routes match on, and the upstream the connection goes to.
-    route: tuple[str | None, Mapping[str, str], str | None] = (None, {}, None)
 
     async def relay(
         self,
@@ -355,39 +313,24 @@ class _ClientFrames:
         on. A frame answered here with a 4xx evicts the response it continued, for this
         connection.
         """
-        app, connection_id = self.app, self.connection_id
+        connection = self.connection
+        connection_id = connection.request_id
         request_id = new_request_id()
         if self.access is not None:
             self.access.frames = (self.access.frames or 0) + 1
         raw = text.encode("utf-8", "surrogatepass")
+        # Each frame is gated under the config in force when it arrives (reloads apply).
+        in_force = self.app[IN_FORCE].current
+        frame = connection.frame(request_id, in_force.config, in_force.caches)
         evicted = self.continuations.refusal(raw)
         if evicted is not None:
-            app[METRICS].count("websocket", "invalid", self.route[2] or "-")
+            frame.refuse(evicted, route="websocket", upstream=connection.upstream or "-")
             log.info(
                 "%s answered a frame of WebSocket %s: %s", request_id, connection_id, evicted.code
             )
             return _error_event(pipeline.answer_to(evicted)), None
-        # Each frame is gated under the config in force when it arrives (reloads apply).
-        in_force = app[IN_FORCE].current
-        received, matched, upstream = self.route
         try:
-            decided = await pipeline.admit(
-                pipeline.Request(
-                    raw,
-                    self.path,
-                    "websocket",
-                    request_id,
-                    self.tenant,
-                    received_path=received,
-                    headers=matched,
-                    upstream=upstream,
-                ),
-                in_force.config,
-                ledger=app[LEDGER],
-                audit_log=app[AUDIT],
-                metrics=app[METRICS],
-                caches=in_force.caches,
-            )
+            decided = await frame.body(raw, upstream=connection.upstream)
         except Exception:
             log.exception(
                 "%s unexpected error on a frame of WebSocket %s", request_id, connection_id
@@ -403,18 +346,14 @@ class _ClientFrames:
                 # A fault of the proxy's (its ledger down) is retried as it was: not evicted.
                 self.continuations.failed(raw)
             return _error_event(decided), None
-        app[METRICS].count("websocket", decided.outcome, decided.upstream)
-        if self.tap is not None and decided.record:
-            self.tap.expect(decided.context)  # the turn's response is recorded with its input
-            if self.tap.emitted is not None:
-                self.tap.emitted.policy = decided.policy
-                self.tap.emitted.bounds = decided.bounds
+        connection.turn_forwarded(frame, decided)
         # Unchanged text goes on as it came; a stripped frame as the bytes admission made.
         return None, text if decided.data is raw else decided.data.decode()
 
 
 async def _upstream_frames(
     app: web.Application,
+    exchange: Exchange,
     upstream: aiohttp.ClientWebSocketResponse,
     client: web.WebSocketResponse,
     tap: ResponseTap,
@@ -430,17 +369,17 @@ async def _upstream_frames(
             if message.type == aiohttp.WSMsgType.TEXT:
                 await tap.event(message.data)
                 await client.send_str(message.data)
-                _check_emitted(app, tap)
+                _check_emitted(app, exchange)
             else:
                 await client.send_bytes(message.data)
         await close_as(client, ending)
     finally:
-        _check_emitted(app, tap)
+        _check_emitted(app, exchange)
 
 
-def _check_emitted(app: web.Application, tap: ResponseTap) -> None:
+def _check_emitted(app: web.Application, exchange: Exchange) -> None:
     in_force = app[IN_FORCE].current
-    app[EMITTED].relayed(tap.emitted, in_force.config.gate, in_force.caches)
+    exchange.turns_relayed(in_force.config.gate, in_force.caches)
 
 
 def _error_event(answer: pipeline.Answer) -> str:

@@ -14,10 +14,11 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
+from proxy.admission import exchange as exchange_module
 from proxy.admission import pipeline
 from proxy.admission.tap import ResponseTap
-from proxy.extproc import exchange as exchange_module
-from proxy.extproc.exchange import Exchange, Front
+from proxy.extproc.exchange import ExtprocStream as Exchange
+from proxy.extproc.exchange import Front
 from proxy.extproc.service import open_front
 from proxy.running.config_file import parse_config
 from tests.builders import (

@@ -101,6 +101,9 @@ class CannedUpstream:
     url: str = ""
     received: list[Any] = field(default_factory=list)
     output_in_completed: bool = True
+    # On a WebSocket, the frames held until this many have arrived, then each answered in
+    # turn: the turns are pipelined whatever the timing.
+    held_frames: int = 1
 
     @property
     def json_answer(self) -> bytes:
@@ -127,8 +130,11 @@ class CannedUpstream:
             await ws.prepare(request)
             async for message in ws:
                 self.received.append(json.loads(message.data))
-                for frame in self.frames:
-                    await ws.send_str(frame)
+                if len(self.received) % self.held_frames:
+                    continue
+                for _ in range(self.held_frames):
+                    for frame in self.frames:
+                        await ws.send_str(frame)
             return ws
         body = await request.json()
         self.received.append(body)
@@ -401,3 +407,41 @@ async def test_the_scripted_model_calls_with_a_region_its_schema_refuses(
     assert record["response_id"] == completed.response.id
     [finding] = record["findings"]
     assert (finding["call_id"], finding["fail"]) == (call.call_id, ENUM_FAIL)
+
+
+async def test_pipelined_websocket_turns_each_have_their_calls_checked_under_their_own_route(
+    canned: CannedUpstream,
+    start_routed: ProxyFactory,
+    client: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """Two frames sent before either is answered, on routes with different policies (one pins
+    the sales schema, one pins nothing): each turn's emitted call is judged under the policy of
+    the route its own frame took, not the one the latest frame took."""
+    canned.held_frames = 2
+    base = await start_routed(
+        upstreams={"default": {"url": canned.url}},
+        routes=[
+            {"model": "pinned", "upstream": "default", "gate": {"tools": {SALES: SALES_SCHEMA}}},
+            {"upstream": "default"},
+        ],
+    )
+    frames: list[str] = []
+    async with client.ws_connect(base + "/v1/responses") as ws:
+        for model in ("pinned", "plain"):
+            await ws.send_str(
+                json.dumps({"type": "response.create", "model": model, "input": "hi"})
+            )
+        while len([f for f in frames if json.loads(f)["type"] == "response.completed"]) < 2:
+            frames.append(await ws.receive_str(timeout=HANG_GUARD_S))
+
+    assert frames == canned.frames * 2
+    assert [r["model"] for r in canned.received] == ["pinned", "plain"]
+    # The pinned turn: its schema refuses the region; the plain turn: no tool was offered.
+    assert await counted(client, base, 1, tool=SALES, verdict="arguments_schema") == 1
+    assert await counted(client, base, 1, tool="(unknown)", verdict="unknown_tool") == 1
+    records = audit_records(tmp_path)
+    assert sorted(f["reason"] for r in records for f in r["findings"]) == [
+        "arguments_schema",
+        "unknown_tool",
+    ]

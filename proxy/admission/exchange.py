@@ -1,0 +1,412 @@
+"""One request's whole life, free of any transport: the one place every front hands it to.
+
+In the spirit of mitmproxy's `HttpStream` and h11's state machine: a front reads its wire and
+tells the exchange what arrived (the head, the body, the answer's head, each chunk of the
+answer, its end); the exchange says what to do (pass on, answer here, gate; forward these
+bytes with these header changes; add these headers to the answer) and does every duty of the
+request on the way: the target refused and counted, the tenant read from the credentials, the
+content type and size checked once, the codings the tap can read asked for, the request ids,
+the outcome counted once, the answer recorded, and door 2 under the policy of *this* request.
+
+Its states, and which call moves it on (any state may end in ANSWERED, a refusal):
+
+    HEAD ──head──▶ PASSED                    (nothing to gate or record: the rest goes by)
+      │ └──head──▶ UPSTREAM                  (a read of a response, recorded; or ungated)
+      └──head──▶ BODY ──body──▶ UPSTREAM     (admitted; or ANSWERED: refused or blocked)
+    UPSTREAM ──answer_head──▶ ANSWER ──chunk*, end──▶ ──close──▶ DONE
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from proxy.admission import body, pipeline, routing, targets
+from proxy.admission.codings import readable_accept_encoding
+from proxy.admission.emitted import EmittedCalls
+from proxy.admission.ids import new_request_id
+from proxy.admission.pipeline import Answer, Forward, Transport
+from proxy.admission.routing import RouteCaches
+from proxy.admission.services import Services
+from proxy.admission.tap import Recording, ResponseTap
+from proxy.admission.tenants import credential_of, ledger_key, tenant_for
+from proxy.config import Config
+from proxy.gate.errors import ProxyError
+from proxy.gate.policy import Policy
+from proxy.state.audit import Relayed
+from proxy.state.metrics import Metrics
+
+# A header's values by lower-case name, none when absent: how every front shows its headers.
+HeaderValues = Callable[[str], Sequence[str]]
+
+# Methods that never carry a request to create a response; on a gated path they pass through
+# only when they have no body.
+BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
+# The proxy's own id of the request on every answer; an upstream's own moves aside.
+REQUEST_ID_HEADER = "x-request-id"
+UPSTREAM_REQUEST_ID_HEADER = "x-upstream-request-id"
+# The metrics' `route` of a request refused before its route was known.
+ANY_ROUTE = "any"
+# The metrics' `upstream` of a request that reached none.
+NO_UPSTREAM = "-"
+
+
+class State(enum.Enum):
+    """Where an exchange is in its request's life."""
+
+    HEAD = "head"  # the request's head is expected
+    BODY = "body"  # a gated body is expected, whole
+    UPSTREAM = "upstream"  # the request goes upstream: the answer's head is expected
+    ANSWER = "answer"  # the answer's body goes by, through the tap
+    DONE = "done"  # the answer has ended (or was cut short): door 2 has its calls
+    ANSWERED = "answered"  # the proxy answered here: nothing went upstream
+    PASSED = "passed"  # nothing the exchange watches: the rest goes by without it
+
+
+class Head(enum.Enum):
+    """What a front does with a request once its head is read."""
+
+    PASS = "pass"  # forward it (and its answer) untouched but for the target and credentials
+    GATE = "gate"  # read the body whole and hand it to `body`
+    SOCKET = "socket"  # a gated WebSocket: each of its frames is an exchange of its own
+
+
+def read_target(raw_target: str, metrics: Metrics) -> targets.Target:
+    """The request target read; ProxyError 400 `invalid_request_target` (counted) if it is not
+    one, whatever the path and method."""
+    try:
+        return targets.read_target(raw_target)
+    except targets.TargetError as exc:
+        metrics.count(ANY_ROUTE, "invalid_target", NO_UPSTREAM)
+        raise ProxyError(400, "invalid_request_target", str(exc)) from None
+
+
+def request_ids(request_id: str, theirs: Sequence[str]) -> list[tuple[str, str]]:
+    """The headers that name an answer: the upstream's own ids as `x-upstream-request-id`,
+    then the proxy's as `x-request-id` (set over any the upstream sent)."""
+    named = [(UPSTREAM_REQUEST_ID_HEADER, value) for value in theirs]
+    named.append((REQUEST_ID_HEADER, request_id))
+    return named
+
+
+def _not_gated_behind_envoy() -> ProxyError:
+    return ProxyError(
+        400,
+        "websocket_not_gated",
+        "a WebSocket on a gated path cannot be gated behind Envoy: send POST requests, "
+        "or open the WebSocket through `replay-proxy serve`",
+    )
+
+
+def too_large(limit: int) -> body.BodyError:
+    return body.BodyError(413, "body_too_large", f"the body exceeds the limit of {limit} bytes")
+
+
+class Exchange:
+    """One request (or one WebSocket frame) through its whole life; `state` says where."""
+
+    def __init__(
+        self,
+        services: Services,
+        config: Config,
+        caches: RouteCaches,
+        transport: Transport,
+        request_id: str | None = None,
+    ) -> None:
+        self.services = services
+        self.config = config
+        self.caches = caches
+        self.transport = transport
+        self.request_id = request_id or new_request_id()
+        self.state = State.HEAD
+        self.tenant: str | None = None
+        self.received = ""  # the normalised path as received, a route's prefix and all
+        self.target: targets.Target | None = None  # as forwarded (prefix removed)
+        self.matched: Mapping[str, str] = {}  # the headers routes match on
+        self.route = ANY_ROUTE  # the metrics' route label
+        self.upstream: str | None = None  # the name of the upstream it goes to
+        self.outcome: str | None = None
+        self.recording: Recording | None = None
+        self.tap: ResponseTap | None = None
+        self.added: Mapping[str, str] = {}  # to the answer (`x-replay-gate`)
+        self.started = time.perf_counter()
+
+    # -- the request's head ------------------------------------------------------------------
+
+    def head(
+        self, method: str, target: targets.Target, values: HeaderValues, *, has_body: bool
+    ) -> Head:
+        """The head arrived (`target` as `read_target` read it): under a route's prefix, the
+        rest is the request; the tenant is read from the credentials (401 without a listed
+        key). A gated body is checked for its type and declared size before it is read.
+
+        Behind Envoy there is no namespace of the proxy's own, and a request that is neither
+        gated nor recorded is none of the processor's business: it passes as it came.
+        """
+        self._expect(State.HEAD)
+        routes = self.config.routing
+        self.received = target.path
+        try:
+            self.target = mounted = routing.mounted(routes, target)
+        except targets.TargetError as exc:
+            raise self.refuse(
+                ProxyError(400, "invalid_request_target", str(exc)), "invalid_target"
+            ) from None
+        gated = mounted.gated
+        behind_envoy = self.transport == "extproc"
+        if mounted.own and not behind_envoy:
+            message = f"{method} {mounted.path}: no such admin endpoint; /-/ is never forwarded"
+            raise self.refuse(ProxyError(404, "not_found", message), "not_found")
+        reads = method == "GET" and targets.reads_response(mounted.path)
+        if behind_envoy and gated is None and not reads:
+            self.state = State.PASSED
+            return Head.PASS
+        try:
+            self.tenant = tenant_for(credential_of(values), self.config)
+        except ProxyError as exc:
+            raise self.refuse(exc, "unauthorized") from None
+        self.matched = routing.route_headers(routes, values)
+        # Behind Envoy any upgrade to a WebSocket is refused; `serve` upgrades a GET's only.
+        upgrade = any(v.lower() == "websocket" for v in values("upgrade"))
+        websocket = upgrade and (method == "GET" or behind_envoy)
+        if gated is not None and websocket:
+            self.route = "websocket"
+            if behind_envoy:
+                # Envoy relays a WebSocket's frames without the processor: they cannot be gated.
+                raise self.refuse(_not_gated_behind_envoy(), route="websocket")
+            self.state = State.UPSTREAM
+            return Head.SOCKET
+        if gated is None or (method in BODYLESS and not has_body):
+            self.route = "passthrough"
+            self.state = State.UPSTREAM
+            return Head.PASS
+        self.route = targets.GATED[gated]
+        content_type = ", ".join(values("content-type"))
+        declared = ", ".join(values("content-length"))
+        try:
+            # Refused before the body is read: no need to wait for one that will not be read.
+            body.check_content_type(content_type)
+            limit = self.config.limits.max_body_bytes
+            if declared.isdigit() and int(declared) > limit:
+                raise too_large(limit)
+        except body.BodyError as exc:
+            raise self.invalid(exc) from None
+        self.state = State.BODY
+        return Head.GATE
+
+    def passthrough(self, method: str) -> str:
+        """The upstream a request that is not gated goes to (routed by its path and headers);
+        a read of a stored response is recorded like the answer that created it."""
+        self._expect(State.UPSTREAM)
+        try:
+            routed = routing.select(self.config.routing, self.received, self.matched, None)
+        except ProxyError as exc:
+            raise self.refuse(exc) from None
+        self.upstream = routed.upstream
+        self.outcome = "forward"
+        assert self.target is not None
+        if method == "GET" and targets.reads_response(self.target.path):
+            self.recording = Recording(
+                self.services.ledger,
+                ledger_key(self.tenant),
+                self.config.limits.max_body_bytes,
+                self.request_id,
+                None,
+                self.upstream,
+            )
+        return self.upstream
+
+    def frame(self, request_id: str, config: Config, caches: RouteCaches) -> Exchange:
+        """The exchange of one frame of this gated WebSocket, under the config in force when
+        it arrived: its body is gated under its own route's policy, the tenant, path and
+        headers the connection's."""
+        frame = Exchange(self.services, config, caches, "websocket", request_id)
+        frame.tenant, frame.received, frame.matched = self.tenant, self.received, self.matched
+        frame.target, frame.route, frame.state = self.target, "websocket", State.BODY
+        return frame
+
+    def watch_turns(self) -> ResponseTap:
+        """The tap of a gated WebSocket: every turn's response recorded with the context of its
+        frame, its calls waiting for door 2 under that frame's policy. Door 2's records of a
+        connection name it: its frames' own ids are not kept per turn."""
+        assert self.target is not None
+        assert self.target.gated is not None
+        relayed = Relayed(
+            self.request_id, "websocket", self.target.gated, self.tenant, None, self.upstream
+        )
+        self.tap = ResponseTap(
+            self.services.ledger,
+            ledger_key(self.tenant),
+            "",
+            None,
+            self.config.limits.max_body_bytes,
+            request_id=self.request_id,
+            upstream=self.upstream,
+            emitted=EmittedCalls(relayed),
+        )
+        return self.tap
+
+    def turn_forwarded(self, frame: Exchange, decided: Forward) -> None:
+        """A frame of this WebSocket was forwarded: its turn's response is recorded with its
+        context, and its calls checked under its route's policy."""
+        frame.counted()
+        if self.tap is not None and decided.record:
+            self.tap.expect(decided.context, decided.policy, decided.bounds)
+
+    def turns_relayed(self, gate: Policy, caches: RouteCaches) -> None:
+        """A frame that may end a turn went to the client: door 2 checks the calls of the
+        turns ended so far (`gate`, `caches`: of the config in force now)."""
+        if self.tap is not None:
+            self.services.emitted.relayed(self.tap.emitted, gate, caches)
+
+    def accept_encoding(self, values: HeaderValues, *, gated: bool = False) -> str | None:
+        """The `Accept-Encoding` to send upstream in place of the client's, when the answer is
+        recorded (`gated`: a gated body's, asked before its admission says) and the client
+        sent one: only the codings the tap can read."""
+        given = values("accept-encoding")
+        if (self.recording is None and not gated) or not given:
+            return None
+        return readable_accept_encoding(", ".join(given))
+
+    # -- the request's body ------------------------------------------------------------------
+
+    def invalid(self, failure: ProxyError) -> ProxyError:
+        """A gated body that could not be read (too large, too slow): counted, and answered."""
+        return self.refuse(failure, route=self.route)
+
+    async def body(
+        self,
+        raw: bytes,
+        *,
+        content_encoding: str = "",
+        started: float | None = None,
+        upstream: str | None = None,
+    ) -> Answer | Forward:
+        """The whole body (`started`: when it had arrived): admitted, or answered here. A
+        WebSocket's frame names the `upstream` its connection goes to."""
+        self._expect(State.BODY)
+        limit = self.config.limits.max_body_bytes
+        if len(raw) > limit:
+            raise self.invalid(too_large(limit))
+        assert self.target is not None
+        assert self.target.gated is not None
+        request = pipeline.Request(
+            raw,
+            self.target.gated,
+            self.transport,
+            self.request_id,
+            self.tenant,
+            None,  # checked at the head
+            content_encoding,
+            started,
+            self.received,
+            self.matched,
+            upstream,
+        )
+        services = self.services
+        decided = await pipeline.admit(
+            request,
+            self.config,
+            ledger=services.ledger,
+            audit_log=services.audit_log,
+            metrics=services.metrics,
+            caches=self.caches,
+        )
+        if isinstance(decided, Answer):
+            self.state = State.ANSWERED
+            return decided
+        self.state = State.UPSTREAM
+        self.upstream = decided.upstream
+        self.outcome = decided.outcome
+        self.added = decided.add_headers
+        if decided.record:
+            self.recording = self._recording(request, decided)
+        return decided
+
+    def _recording(self, request: pipeline.Request, decided: Forward) -> Recording:
+        """Where the answer to a forwarded request is recorded: for its tenant, as made by its
+        route's upstream; the function_calls of the responses recorded wait there for door 2,
+        under its route's policy and within its config's bounds."""
+        relayed = Relayed(
+            request.request_id,
+            request.transport,
+            request.path,
+            request.tenant,
+            request.raw,
+            self.upstream,
+        )
+        return Recording(
+            self.services.ledger,
+            ledger_key(self.tenant),
+            self.config.limits.max_body_bytes,
+            request.request_id,
+            decided.context,
+            self.upstream,
+            EmittedCalls(relayed),
+            decided.policy,
+            decided.bounds,
+        )
+
+    # -- the answer --------------------------------------------------------------------------
+
+    def counted(self) -> None:
+        """The request went upstream and its answer began: counted, once, under its outcome."""
+        self.services.metrics.count(
+            self.route, self.outcome or "forward", self.upstream or NO_UPSTREAM
+        )
+
+    def upstream_failed(self) -> None:
+        """No answer could be had from the upstream."""
+        self.state = State.ANSWERED
+        self.services.metrics.count(self.route, "upstream_error", self.upstream or NO_UPSTREAM)
+
+    def answer_head(
+        self, status: int, content_type: str, content_encoding: str, length: int | None
+    ) -> Mapping[str, str]:
+        """The answer's head arrived: the headers to add to it; its body goes through the tap
+        when it completes a response to record."""
+        self.state = State.ANSWER
+        if self.recording is not None:
+            self.tap = self.recording.tap(status, content_type, content_encoding, length)
+        return self.added
+
+    async def chunk(self, data: bytes) -> None:
+        """A chunk of the answer, before it goes on: a follow-up sent the moment the client
+        has the whole answer finds the record."""
+        if self.tap is not None:
+            await self.tap.feed(data)
+
+    async def end(self) -> None:
+        """The answer ended whole: a JSON response is recorded now."""
+        if self.tap is not None:
+            await self.tap.finish()
+
+    def close(self) -> None:
+        """The answer has been relayed, or cut short (the calls the client got count): door 2
+        checks the calls of the responses recorded, under this request's policy."""
+        if self.state is not State.ANSWERED:
+            self.state = State.DONE
+        if self.recording is not None:
+            self.services.emitted.relayed(self.recording.emitted, self.config.gate, self.caches)
+
+    # -- refusals ----------------------------------------------------------------------------
+
+    def refuse(
+        self,
+        failure: ProxyError,
+        outcome: str = "invalid",
+        route: str = ANY_ROUTE,
+        upstream: str = NO_UPSTREAM,
+    ) -> ProxyError:
+        """The request is answered here with `failure`, counted under `outcome` (a head the
+        front's wire refuses is refused through here too)."""
+        self.services.metrics.count(route, outcome, upstream)
+        self.state = State.ANSWERED
+        return failure
+
+    def _expect(self, state: State) -> None:
+        if self.state is not state:
+            raise RuntimeError(
+                f"exchange {self.request_id}: {state.value} expected, in {self.state.value}"
+            )
