@@ -26,7 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.state.ledger import Context, Ledger, Store, kept, tools_key
+from proxy.state.ledger import Ledger, Store
+from proxy.state.recording import Context, kept, tools_key
 from proxy.state.stores import MemoryStore, RedisStore
 
 SAMPLES = 2000

@@ -21,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ledger_cost import TOOLS, call_item, message_item, response
 
-from proxy.state.ledger import Context, Ledger, Recording, kept, tools_key
+from proxy.state.encoding import encode
+from proxy.state.ledger import Ledger
+from proxy.state.recording import Context, Recording, kept, tools_key
 from proxy.state.stores import MemoryStore
 
 COUNT = 10_000
@@ -79,7 +81,7 @@ def redis_bytes(make: Callable[[int], Any], *, whole: bool) -> int:
         context = Context((), context.tools, False, context.tools_key, tuple(sent))
     recording = Recording.of(answer, context, "openai")
     assert recording is not None
-    return len(recording.encode().encode())
+    return len(encode(recording).encode())
 
 
 async def main() -> None:

@@ -25,8 +25,9 @@ from proxy.gate.emitted import Emitted, ToolSchemas, emitted_calls, iter_emitted
 from proxy.gate.policy import Policy
 from proxy.gate.schemas import LRU
 from proxy.state.audit import AuditLog, Relayed, emitted_record
-from proxy.state.ledger import Context, Ledger
+from proxy.state.ledger import Ledger
 from proxy.state.metrics import Metrics
+from proxy.state.recording import Context
 
 log = logging.getLogger("replay_proxy")
 

@@ -27,17 +27,11 @@ from proxy.gate.policy import Policy
 from proxy.gate.verdict import Bounds, Finding, Verdict, inspect, over_limit, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
-from proxy.state.ledger import (
-    COMPACTION,
-    NO_CONTEXT,
-    Context,
-    Ledger,
-    LedgerFault,
-    LedgerView,
-    kept,
-)
-from proxy.state.ledger import tools_key as tools_key_of
+from proxy.state.ledger import Ledger, LedgerFault
+from proxy.state.ledger_view import LedgerView
 from proxy.state.metrics import Metrics
+from proxy.state.recording import COMPACTION, NO_CONTEXT, Context, kept
+from proxy.state.recording import tools_key as tools_key_of
 
 Transport = Literal["http", "websocket", "extproc"]
 TRANSPORTS: tuple[Transport, ...] = ("http", "websocket", "extproc")

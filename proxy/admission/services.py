@@ -6,7 +6,7 @@ from __future__ import annotations
 from proxy import settings
 from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog
-from proxy.state.ledger import Ledger, Store
+from proxy.state.ledger import Ledger, LedgerStats
 from proxy.state.metrics import Metrics
 from proxy.state.stores import MemoryStore, open_store
 
@@ -32,18 +32,12 @@ def open_ledger(ledger: settings.Ledger, metrics: Metrics) -> Ledger:
     """The ledger of `ledger` on a store of its own (the caller closes `.store`), each fault
     and each response recorded counted in `metrics`."""
     store = open_store(ledger)
+    # A memory store is this process's own: the service's gauge adds up every process's latest
+    # size, which only this process can set, so it does at each write.
+    own = store if isinstance(store, MemoryStore) else None
     return Ledger(
         store,
         max_chain=ledger.max_chain,
         fail_open=ledger.fail_open,
-        on_fault=lambda operation: metrics.ledger_faults.labels(operation).inc(),
-        on_write=lambda: _recorded(metrics, store),
+        stats=LedgerStats(metrics, own=own),
     )
-
-
-def _recorded(metrics: Metrics, store: Store) -> None:
-    metrics.ledger_writes.inc()
-    if isinstance(store, MemoryStore):
-        # Each process's own: the service's gauge adds up every process's latest size, which
-        # only this process can set, so it does at each write (a shared store's at a scrape).
-        metrics.ledger_responses.set(len(store))

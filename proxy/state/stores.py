@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -15,7 +14,9 @@ from typing import Any
 from proxy import settings
 from proxy.gate import items
 from proxy.gate.items import Item
-from proxy.state.ledger import COMPACTION, LedgerFault, Recording, Store
+from proxy.state.encoding import as_stored, decode_response, encode_response
+from proxy.state.ledger import LedgerFault, Store
+from proxy.state.recording import COMPACTION, Recording
 
 log = logging.getLogger("replay_proxy")
 
@@ -239,33 +240,6 @@ for i = 1, tonumber(ARGV[3]) do
 end
 return out
 """
-_LENGTH = re.compile(rb"(0|[1-9][0-9]{0,9}):")
-
-
-def _bytes(text: str) -> bytes:
-    """`text` as Redis holds it: any string a JSON body can carry (a lone surrogate too)."""
-    return text.encode("utf-8", "surrogatepass")
-
-
-def encode_response(recording: Recording) -> bytes:
-    """A response's value in Redis: its previous id length-prefixed, then its recording."""
-    previous = _bytes(recording.previous_response_id or "")
-    return b"%d:%s%s" % (len(previous), previous, recording.encode().encode())
-
-
-def decode_response(response_id: str, value: bytes) -> Recording:
-    """The recording `encode_response` stored; ValueError for any other value."""
-    prefix = _LENGTH.match(value)
-    if prefix is None:
-        raise ValueError("no length prefix")
-    start = prefix.end()
-    end = start + int(prefix[1])
-    if end > len(value):
-        raise ValueError("shorter than its prefix says")
-    recording = Recording.decode(response_id, value[end:])
-    if _bytes(recording.previous_response_id or "") != value[start:end]:
-        raise ValueError("its prefix names another previous response")
-    return recording
 
 
 def _undecodable(what: str, exc: Exception) -> None:
@@ -308,7 +282,7 @@ class RedisStore:
 
     @staticmethod
     def _key(tenant: str, kind: str, name: str) -> bytes:
-        return _bytes(f"replay-proxy:{tenant}:{kind}:{name}")
+        return as_stored(f"replay-proxy:{tenant}:{kind}:{name}")
 
     async def _run(self, operation: Any) -> Any:
         try:
@@ -359,7 +333,7 @@ class RedisStore:
 
     async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
         prefix = self._key(tenant, RESPONSE, "")
-        named = _bytes(response_id)
+        named = as_stored(response_id)
         values = await self._run(self._chain(keys=[], args=[prefix, named, depth]))
         found = []
         current = response_id

@@ -12,8 +12,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from proxy.state.ledger import Recording
-from proxy.state.stores import RESPONSE, RedisStore, decode_response, encode_response
+from proxy.state.encoding import decode_response, encode_response
+from proxy.state.recording import Recording
+from proxy.state.stores import RESPONSE, RedisStore
 from tests.builders import SALES_TOOL, sales_call, sales_output
 from tests.fixture_types import ProxyFactory
 from tests.servers.recording import Received, RecordingUpstream

@@ -7,7 +7,7 @@ import aiohttp
 import pytest
 
 from proxy.settings import Ledger
-from proxy.state.ledger import Recording
+from proxy.state.recording import Recording
 from proxy.state.stores import MemoryStore
 from tests.builders import SALES_TOOL, sales_output
 from tests.fixture_types import ProxyFactory

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from proxy.state.ledger import Ledger, LedgerFault, LedgerView, Recording, same_arguments
+from proxy.state.arguments import same_arguments
+from proxy.state.ledger import Ledger, LedgerFault
+from proxy.state.ledger_view import LedgerView
+from proxy.state.recording import Recording
 from proxy.state.stores import MemoryStore
 from tests.builders import APAC, sales_call, sales_output
 
@@ -32,6 +35,15 @@ SAME_ARGUMENTS = [
     pytest.param(APAC, {"region": "apac"}, False, id="replayed-not-a-string"),
     pytest.param({"region": "apac"}, {"region": "apac"}, True, id="equal-non-strings"),
     pytest.param("[" * 5000 + "]" * 5000, "[" * 5000 + "] " * 5000, False, id="too-deep"),
+    # Read as strictjson reads a body: the digits and exponent, not how the exponent is spelt;
+    # an integer's value (`-0` is the `0` that JSON.stringify writes); no lone surrogate.
+    pytest.param('{"n":[1e3,2.5E-1]}', '{"n":[1E+3,2.5e-01]}', True, id="exponent-spelling"),
+    pytest.param('{"n":1.50}', '{"n":1.5}', False, id="trailing-zero"),
+    pytest.param('{"n":-0}', '{"n": 0}', True, id="integer-minus-zero"),
+    pytest.param('{"n":-0.0}', '{"n": 0.0}', False, id="fraction-minus-zero"),
+    pytest.param('{"a":"\\ud800"}', '{ "a": "\\ud800" }', False, id="lone-surrogate"),
+    pytest.param('{"n":1' + "0" * 4400 + "}", '{"n": 1' + "0" * 4400 + "}", False, id="huge-int"),
+    pytest.param("[" * 900 + "]" * 900, "[" * 900 + "] " * 900, True, id="deep-within-bounds"),
 ]
 
 
