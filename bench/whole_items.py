@@ -23,7 +23,7 @@ from ledger_cost import TOOLS, call_item, message_item, response
 
 from proxy.state.encoding import encode
 from proxy.state.ledger import Ledger
-from proxy.state.recording import Context, Recording, kept, tools_key
+from proxy.state.recording import Context, RecordedResponse, kept, tools_key
 from proxy.state.stores import MemoryStore
 
 COUNT = 10_000
@@ -79,7 +79,7 @@ def redis_bytes(make: Callable[[int], Any], *, whole: bool) -> int:
     context = Context.of([], TOOLS, False)
     if whole:
         context = Context((), context.tools, False, context.tools_key, tuple(sent))
-    recording = Recording.of(answer, context, "openai")
+    recording = RecordedResponse.of(answer, context, "openai")
     assert recording is not None
     return len(encode(recording).encode())
 

@@ -432,7 +432,7 @@ def _audit(
         metrics.found(finding.reason, finding.action, finding.name, gate.pinned)
     try:
         audit_log.write(
-            audit.Request(
+            audit.AuditedRequest(
                 request_id=request.request_id,
                 transport=request.transport,
                 path=request.path,

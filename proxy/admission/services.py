@@ -28,7 +28,7 @@ def open_audit_log(
         raise ConfigError(f"audit.path: cannot append to {audit.path!r}: {exc.strerror}") from None
 
 
-def open_ledger(ledger: settings.Ledger, metrics: Metrics) -> Ledger:
+def open_ledger(ledger: settings.LedgerSettings, metrics: Metrics) -> Ledger:
     """The ledger of `ledger` on a store of its own (the caller closes `.store`), each fault
     and each response recorded counted in `metrics`."""
     store = open_store(ledger)

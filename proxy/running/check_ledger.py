@@ -24,7 +24,7 @@ class LedgerReader:
         self,
         url: str,
         tenant: str,
-        ledger: settings.Ledger,
+        ledger: settings.LedgerSettings,
         *,
         provenance: bool,
         upstream: str = DEFAULT_UPSTREAM,

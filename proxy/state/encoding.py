@@ -7,12 +7,12 @@ import json
 import re
 from typing import Any
 
-from proxy.state.recording import Recording
+from proxy.state.recording import RecordedResponse
 
 _LENGTH = re.compile(rb"(0|[1-9][0-9]{0,9}):")
 
 
-def encode(recording: Recording) -> str:
+def encode(recording: RecordedResponse) -> str:
     """The recording as JSON; its response id is the store's key, not part of the value."""
     value: dict[str, Any] = {"prev": recording.previous_response_id, "items": recording.items}
     if recording.inputs:
@@ -26,7 +26,7 @@ def encode(recording: Recording) -> str:
     return json.dumps(value)
 
 
-def decode(response_id: str, data: str | bytes) -> Recording:
+def decode(response_id: str, data: str | bytes) -> RecordedResponse:
     """The recording `encode` wrote; ValueError for anything else (a value corrupted, or
     written by another program), so that no stored value reaches the gate unchecked."""
     value = json.loads(data)
@@ -43,7 +43,7 @@ def decode(response_id: str, data: str | bytes) -> Recording:
             raise ValueError(f"{key}: not a string")
     if whole is not None and not isinstance(whole, list):
         raise ValueError("whole: not a list")
-    return Recording(
+    return RecordedResponse(
         response_id,
         previous,
         tuple(found),
@@ -59,13 +59,13 @@ def as_stored(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def encode_response(recording: Recording) -> bytes:
+def encode_response(recording: RecordedResponse) -> bytes:
     """A response's value in Redis: its previous id length-prefixed, then its recording."""
     previous = as_stored(recording.previous_response_id or "")
     return b"%d:%s%s" % (len(previous), previous, encode(recording).encode())
 
 
-def decode_response(response_id: str, value: bytes) -> Recording:
+def decode_response(response_id: str, value: bytes) -> RecordedResponse:
     """The recording `encode_response` stored; ValueError for any other value."""
     prefix = _LENGTH.match(value)
     if prefix is None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from proxy.gate import items
 from proxy.gate.items import Item
 from proxy.state.ledger_view import LedgerView, Wanted
-from proxy.state.recording import NO_CONTEXT, Context, Recording
+from proxy.state.recording import NO_CONTEXT, Context, RecordedResponse
 
 if TYPE_CHECKING:
     from proxy.state.metrics import Metrics
@@ -59,7 +59,7 @@ class Store(Protocol):
     """A ledger backend. Every method may raise LedgerFault."""
 
     async def put(
-        self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
+        self, tenant: str, recording: RecordedResponse, tools: Sequence[tuple[str, Any]] = ()
     ) -> None:
         """Record a response; `tools` (stored once per hash) are those `recording.tools` names."""
         ...
@@ -68,7 +68,7 @@ class Store(Protocol):
         """The recorded tools under each of `keys` that is still known."""
         ...
 
-    async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
+    async def chain(self, tenant: str, response_id: str, depth: int) -> list[RecordedResponse]:
         """The named response and its predecessors, newest first; empty when it is unknown."""
         ...
 
@@ -196,7 +196,7 @@ class Ledger:
         """Record a response `upstream` relayed to `tenant`, with the `context` of the request
         that created it; None when it is read again (`GET /v1/responses/{id}`): then the
         context recorded when it was created is kept."""
-        recording = Recording.of(response, context or NO_CONTEXT, upstream)
+        recording = RecordedResponse.of(response, context or NO_CONTEXT, upstream)
         if recording is None:
             return
         try:

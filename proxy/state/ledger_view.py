@@ -11,7 +11,7 @@ from typing import Any
 from proxy.gate import items
 from proxy.gate.items import Item
 from proxy.state.arguments import same_arguments
-from proxy.state.recording import COMPACTION, Recording
+from proxy.state.recording import COMPACTION, RecordedResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ class LedgerView:
         name, arguments = call.get("name"), call.get("arguments")
         return [status for n, a, status in found if n == name and same_arguments(a, arguments)]
 
-    def add_chain(self, recordings: Iterable[Recording]) -> None:
+    def add_chain(self, recordings: Iterable[RecordedResponse]) -> None:
         for recording in recordings:
             for index, item in enumerate(recording.items):
                 key = items.pairing_key(item)

@@ -104,7 +104,7 @@ NO_CONTEXT = Context()
 
 
 @dataclass(frozen=True, slots=True)
-class Recording:
+class RecordedResponse:
     """One upstream response as the gate needs it: its id, its predecessor, its pairable and
     referable items (the first `inputs` of them from the request that created it, then its
     output), and the hash of the tools that request offered."""
@@ -122,7 +122,7 @@ class Recording:
     @classmethod
     def of(
         cls, response: Mapping[str, Any], context: Context = NO_CONTEXT, upstream: str | None = None
-    ) -> Recording | None:
+    ) -> RecordedResponse | None:
         """The recording of a response object (`id`, `previous_response_id`, `output`), or of
         a `/compact` answer (`object: response.compaction`) made for `context`."""
         response_id = response.get("id")
@@ -158,13 +158,13 @@ class Recording:
             whole,
         )
 
-    def with_inputs_of(self, earlier: Recording) -> Recording:
+    def with_inputs_of(self, earlier: RecordedResponse) -> RecordedResponse:
         """This recording of a response read again (`GET /v1/responses/{id}`), with the input
         items and tools recorded when the request that created it was relayed."""
         upstream = self.upstream or earlier.upstream
         whole = self.whole if self.whole is not None else earlier.whole
         if self.inputs or not earlier.inputs:
-            return Recording(
+            return RecordedResponse(
                 self.response_id,
                 self.previous_response_id,
                 self.items,
@@ -182,7 +182,7 @@ class Recording:
                 kept(item, tools) or item if item.get("type") == items.FUNCTION_CALL else item
                 for item in output
             )
-        return Recording(
+        return RecordedResponse(
             self.response_id,
             self.previous_response_id,
             (*inputs, *output),

@@ -16,7 +16,7 @@ from proxy.gate import items
 from proxy.gate.items import Item
 from proxy.state.encoding import as_stored, decode_response, encode_response
 from proxy.state.ledger import LedgerFault, Store
-from proxy.state.recording import COMPACTION, Recording
+from proxy.state.recording import COMPACTION, RecordedResponse
 
 log = logging.getLogger("replay_proxy")
 
@@ -25,7 +25,7 @@ log = logging.getLogger("replay_proxy")
 RESPONSE = "response"
 
 
-def open_store(settings: settings.Ledger) -> Store:
+def open_store(settings: settings.LedgerSettings) -> Store:
     if settings.backend == "redis":
         return RedisStore(settings.url, ttl_s=settings.ttl_s, timeout_s=settings.timeout_s)
     return MemoryStore(
@@ -81,7 +81,9 @@ class MemoryStore:
         self.max_per_tenant = max_responses if max_per_tenant is None else max_per_tenant
         self.ttl_s = ttl_s
         # (tenant, response id) -> (expiry, recording); insertion order is expiry order.
-        self._responses: OrderedDict[tuple[str, str], tuple[float, Recording]] = OrderedDict()
+        self._responses: OrderedDict[tuple[str, str], tuple[float, RecordedResponse]] = (
+            OrderedDict()
+        )
         # tenant -> its response ids, oldest first.
         self._held: dict[str, dict[str, None]] = {}
         self._holdings = _Holdings()
@@ -99,7 +101,7 @@ class MemoryStore:
         return len(self._responses)
 
     async def put(
-        self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
+        self, tenant: str, recording: RecordedResponse, tools: Sequence[tuple[str, Any]] = ()
     ) -> None:
         now = time.monotonic()
         key = (tenant, recording.response_id)
@@ -172,15 +174,15 @@ class MemoryStore:
                 if not calls:
                     del self._calls[(tenant, call_key)]
 
-    def _get(self, tenant: str, response_id: str) -> Recording | None:
+    def _get(self, tenant: str, response_id: str) -> RecordedResponse | None:
         found = self._responses.get((tenant, response_id))
         if found is None or found[0] <= time.monotonic():
             return None
         return found[1]
 
-    async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
+    async def chain(self, tenant: str, response_id: str, depth: int) -> list[RecordedResponse]:
         self._expire(time.monotonic())
-        found: list[Recording] = []
+        found: list[RecordedResponse] = []
         current: str | None = response_id
         while current is not None and len(found) < depth:
             recording = self._get(tenant, current)
@@ -294,7 +296,7 @@ class RedisStore:
             raise LedgerFault(f"redis: {exc!r}") from None
 
     async def put(
-        self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
+        self, tenant: str, recording: RecordedResponse, tools: Sequence[tuple[str, Any]] = ()
     ) -> None:
         pipe = self._redis.pipeline(transaction=False)
         key = self._key(tenant, RESPONSE, recording.response_id)
@@ -331,7 +333,7 @@ class RedisStore:
         _, count = await self._run(pipe.execute())
         return int(count)
 
-    async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
+    async def chain(self, tenant: str, response_id: str, depth: int) -> list[RecordedResponse]:
         prefix = self._key(tenant, RESPONSE, "")
         named = as_stored(response_id)
         values = await self._run(self._chain(keys=[], args=[prefix, named, depth]))

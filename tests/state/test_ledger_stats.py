@@ -48,7 +48,7 @@ async def test_the_counts_are_in_the_metrics_at_the_moment_they_happen() -> None
 
 async def test_open_ledger_counts_in_the_metrics_it_is_given() -> None:
     metrics = Metrics()
-    ledger = open_ledger(settings.Ledger(), metrics)
+    ledger = open_ledger(settings.LedgerSettings(), metrics)
     try:
         await ledger.record("t", answer("resp_1"), NO_CONTEXT)
     finally:
