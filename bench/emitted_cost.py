@@ -42,8 +42,8 @@ from proxy.gate.items import tool_schemas
 from proxy.gate.verdict import inspect
 from proxy.running.config_file import parse_config
 from proxy.state.audit import AuditLog, Relayed
-from proxy.state.ledger import Context
 from proxy.state.metrics import Metrics
+from proxy.state.recording import Context
 
 CONNECTIONS = 32
 DURATION_S = 2

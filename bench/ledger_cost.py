@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from responses import TOOLS, follow_up, response, shaped
 from servers import started_redis
 
-from proxy.state.ledger import Context, Ledger, Store, kept, tools_key
+from proxy.state.ledger import Ledger, Store
+from proxy.state.recording import Context, kept, tools_key
 from proxy.state.stores import MemoryStore, RedisStore
 
 SAMPLES = 2000

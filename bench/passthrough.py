@@ -19,7 +19,7 @@ from yarl import URL
 
 from proxy.server.headers import HOP_BY_HOP as RELAYED_NEVER
 from proxy.server.upstream import Upstream
-from proxy.settings import Upstream as UpstreamSettings
+from proxy.settings import UpstreamSettings
 
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 BASE = web.AppKey("base", str)

@@ -21,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from responses import TOOLS, call_item, message_item, response
 
-from proxy.state.ledger import Context, Ledger, Recording, kept, tools_key
+from proxy.state.encoding import encode
+from proxy.state.ledger import Ledger
+from proxy.state.recording import Context, RecordedResponse, kept, tools_key
 from proxy.state.stores import MemoryStore
 
 COUNT = 10_000
@@ -77,9 +79,9 @@ def redis_bytes(make: Callable[[int], Any], *, whole: bool) -> int:
     context = Context.of([], TOOLS, False)
     if whole:
         context = Context((), context.tools, False, context.tools_key, tuple(sent))
-    recording = Recording.of(answer, context, "openai")
+    recording = RecordedResponse.of(answer, context, "openai")
     assert recording is not None
-    return len(recording.encode().encode())
+    return len(encode(recording).encode())
 
 
 async def main() -> None:

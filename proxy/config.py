@@ -15,13 +15,13 @@ from proxy.settings import (
     Client,
     ConfigError,
     Extproc,
-    Ledger,
+    LedgerSettings,
     Limits,
     Listen,
     Log,
-    Readiness,
-    Tracing,
-    Upstream,
+    ReadinessSettings,
+    TracingSettings,
+    UpstreamSettings,
 )
 
 # The one upstream of the single `upstream:` form, by name (audit records, metrics, the ledger).
@@ -71,28 +71,28 @@ class Route:
 @dataclass(frozen=True)
 class Config:
     listen: Listen = field(default_factory=Listen)
-    upstream: Upstream = field(default_factory=Upstream)
+    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     gate: Policy = field(default_factory=Policy)
     audit: Audit = field(default_factory=Audit)
-    ledger: Ledger = field(default_factory=Ledger)
+    ledger: LedgerSettings = field(default_factory=LedgerSettings)
     limits: Limits = field(default_factory=Limits)
     clients: tuple[Client, ...] = ()
     # Tenant fingerprint (`t_...`, as in the audit log) -> a name, for `audit report`.
     tenants: Mapping[str, str] = field(default_factory=dict)
     admin: Admin = field(default_factory=Admin)
     log: Log = field(default_factory=Log)
-    tracing: Tracing = field(default_factory=Tracing)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     # The `upstreams:` form: each provider by name, and the routes between them. Empty: the
     # single `upstream:` is one upstream named `default` and one route to it.
-    upstreams: Mapping[str, Upstream] = field(default_factory=dict)
+    upstreams: Mapping[str, UpstreamSettings] = field(default_factory=dict)
     routes: tuple[Route, ...] = ()
     # `upstreams`, or `upstream` as `default`; and `routes`, or the one route to it.
-    upstream_named: Mapping[str, Upstream] = field(init=False, compare=False, repr=False)
+    upstream_named: Mapping[str, UpstreamSettings] = field(init=False, compare=False, repr=False)
     routing: tuple[Route, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.upstreams:
-            named: Mapping[str, Upstream] = MappingProxyType(dict(self.upstreams))
+            named: Mapping[str, UpstreamSettings] = MappingProxyType(dict(self.upstreams))
             routing = self.routes
         else:
             named = MappingProxyType({DEFAULT_UPSTREAM: self.upstream})
@@ -107,7 +107,7 @@ class Config:
         object.__setattr__(self, "routing", routing)
 
     extproc: Extproc = field(default_factory=Extproc)
-    readiness: Readiness = field(default_factory=Readiness)
+    readiness: ReadinessSettings = field(default_factory=ReadinessSettings)
 
     def with_secrets(self, environ: Mapping[str, str]) -> Config:
         """The config with what it takes from the environment: each upstream's `api_key` from
@@ -142,7 +142,9 @@ class Config:
         return config
 
 
-def _with_secrets(upstream: Upstream, environ: Mapping[str, str], key: str) -> Upstream:
+def _with_secrets(
+    upstream: UpstreamSettings, environ: Mapping[str, str], key: str
+) -> UpstreamSettings:
     """One upstream with its forward proxy and its key from the environment; `key` is where
     the config names it, for the errors."""
     if upstream.trust_env:

@@ -108,7 +108,7 @@ class Admin:
 
 
 @dataclass(frozen=True)
-class Upstream:
+class UpstreamSettings:
     url: str = "http://127.0.0.1:8000"
     # Its vendor slug: items typed `<vendor>:...` are its own (another upstream's are foreign).
     vendor: str | None = None
@@ -228,7 +228,7 @@ class Audit:
 
 
 @dataclass(frozen=True)
-class Ledger:
+class LedgerSettings:
     backend: str = "memory"
     url: str = "redis://127.0.0.1:6379/0"
     ttl_s: float = 86400.0
@@ -261,7 +261,7 @@ READINESS_LEDGER = ("reported", "required")
 
 
 @dataclass(frozen=True)
-class Readiness:
+class ReadinessSettings:
     """What `/-/ready` turns on. The ledger's check is always listed; `ledger: reported` leaves
     the answer 200 when only the ledger fails (first turns still work, and every replica shares
     one Redis: all of them would leave the Service at once), `required` makes it a 503."""
@@ -313,7 +313,7 @@ LOG_FORMATS = ("text", "json")
 
 
 @dataclass(frozen=True)
-class Tracing:
+class TracingSettings:
     """Traces over OTLP (the `otel` extra): a span per request. `endpoint` is the collector's
     OTLP/HTTP traces URL; None leaves it to the standard OTEL_EXPORTER_OTLP_* environment."""
 

@@ -24,8 +24,8 @@ from proxy.gate.policy import Policy
 from proxy.gate.schemas import LRU
 from proxy.gate.verdict import Bounds
 from proxy.state.audit import AuditLog, Relayed, emitted_record
-from proxy.state.ledger import Context
 from proxy.state.metrics import Metrics
+from proxy.state.recording import Context
 
 log = logging.getLogger("replay_proxy")
 

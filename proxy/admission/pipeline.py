@@ -28,17 +28,11 @@ from proxy.gate.policy import Policy
 from proxy.gate.verdict import Bounds, Finding, Verdict, inspect, over_limit, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
-from proxy.state.ledger import (
-    COMPACTION,
-    NO_CONTEXT,
-    Context,
-    Ledger,
-    LedgerFault,
-    LedgerView,
-    kept,
-)
-from proxy.state.ledger import tools_key as tools_key_of
+from proxy.state.ledger import Ledger, LedgerFault
+from proxy.state.ledger_view import LedgerView
 from proxy.state.metrics import Metrics
+from proxy.state.recording import COMPACTION, NO_CONTEXT, Context, kept
+from proxy.state.recording import tools_key as tools_key_of
 
 Transport = Literal["http", "websocket", "extproc"]
 TRANSPORTS: tuple[Transport, ...] = ("http", "websocket", "extproc")
@@ -449,7 +443,7 @@ def _audit(
         metrics.found(finding.reason, finding.action, finding.name, gate.pinned)
     try:
         audit_log.write(
-            audit.Request(
+            audit.AuditedRequest(
                 request_id=request.request_id,
                 transport=request.transport,
                 path=request.path,

@@ -11,7 +11,7 @@ from proxy import settings
 from proxy.admission.emitted import EmittedChecks
 from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog
-from proxy.state.ledger import Ledger, Store
+from proxy.state.ledger import Ledger, LedgerStats
 from proxy.state.metrics import Metrics
 from proxy.state.stores import MemoryStore, open_store
 
@@ -29,7 +29,7 @@ class Services:
 @contextlib.asynccontextmanager
 async def open_services(
     audit: settings.Audit,
-    ledger: settings.Ledger,
+    ledger: settings.LedgerSettings,
     metrics: Metrics,
     *,
     chain: str | None = None,
@@ -69,22 +69,16 @@ def open_audit_log(
         raise ConfigError(f"audit.path: cannot append to {audit.path!r}: {exc.strerror}") from None
 
 
-def open_ledger(ledger: settings.Ledger, metrics: Metrics) -> Ledger:
+def open_ledger(ledger: settings.LedgerSettings, metrics: Metrics) -> Ledger:
     """The ledger of `ledger` on a store of its own (the caller closes `.store`), each fault
     and each response recorded counted in `metrics`."""
     store = open_store(ledger)
+    # A memory store is this process's own: the service's gauge adds up every process's latest
+    # size, which only this process can set, so it does at each write.
+    own = store if isinstance(store, MemoryStore) else None
     return Ledger(
         store,
         max_chain=ledger.max_chain,
         fail_open=ledger.fail_open,
-        on_fault=lambda operation: metrics.ledger_faults.labels(operation).inc(),
-        on_write=lambda: _recorded(metrics, store),
+        stats=LedgerStats(metrics, own=own),
     )
-
-
-def _recorded(metrics: Metrics, store: Store) -> None:
-    metrics.ledger_writes.inc()
-    if isinstance(store, MemoryStore):
-        # Each process's own: the service's gauge adds up every process's latest size, which
-        # only this process can set, so it does at each write (a shared store's at a scrape).
-        metrics.ledger_responses.set(len(store))

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from proxy.admission import body
-from proxy.state.ledger import NO_CONTEXT, Context, Ledger
+from proxy.state.ledger import Ledger
+from proxy.state.recording import NO_CONTEXT, Context
 
 if TYPE_CHECKING:
     # Only handed over: the hop that relays through the tap loads no schema machinery.

@@ -24,7 +24,7 @@ class LedgerReader:
         self,
         url: str,
         tenant: str,
-        ledger: settings.Ledger,
+        ledger: settings.LedgerSettings,
         *,
         provenance: bool,
         upstream: str = DEFAULT_UPSTREAM,
@@ -35,12 +35,9 @@ class LedgerReader:
         self.tenant = tenant
         self.upstream = upstream  # references resolve to the items it made
         self.provenance = provenance
-        self.faults = 0
         self.runner = asyncio.Runner()
         self.store = RedisStore(url, ttl_s=ledger.ttl_s, timeout_s=ledger.timeout_s)
-        self.ledger = Ledger(
-            self.store, max_chain=ledger.max_chain, fail_open=False, on_fault=self._fault
-        )
+        self.ledger = Ledger(self.store, max_chain=ledger.max_chain, fail_open=False)
         try:
             # A chain no response id names: an answer at all says the ledger is there.
             self.runner.run(self.store.chain(tenant, "", 1))
@@ -48,8 +45,10 @@ class LedgerReader:
             self.close()
             raise
 
-    def _fault(self, operation: str) -> None:
-        self.faults += 1
+    @property
+    def faults(self) -> int:
+        """How many reads of the ledger failed."""
+        return self.ledger.stats.faults.total()
 
     def recorded(self, body: Mapping[str, Any]) -> Recorded:
         try:

@@ -22,13 +22,13 @@ from proxy.settings import (
     Client,
     ConfigError,
     Extproc,
-    Ledger,
+    LedgerSettings,
     Limits,
     Listen,
     Log,
-    Readiness,
-    Tracing,
-    Upstream,
+    ReadinessSettings,
+    TracingSettings,
+    UpstreamSettings,
 )
 
 
@@ -374,15 +374,15 @@ def _build(data: dict[str, Any], problems: list[str]) -> Config | None:
     sections: dict[str, Any] = {}
     for name, cls in (
         ("listen", Listen),
-        ("upstream", Upstream),
+        ("upstream", UpstreamSettings),
         ("audit", Audit),
-        ("ledger", Ledger),
+        ("ledger", LedgerSettings),
         ("limits", Limits),
         ("admin", Admin),
         ("log", Log),
-        ("tracing", Tracing),
+        ("tracing", TracingSettings),
         ("extproc", Extproc),
-        ("readiness", Readiness),
+        ("readiness", ReadinessSettings),
     ):
         if name not in broken:
             try:
@@ -444,11 +444,11 @@ def _inherited(problem: str) -> str:
     return rest if rest.startswith("tools.") else f"gate.{rest}"
 
 
-def _upstreams(data: Mapping[str, Any], problems: list[str]) -> dict[str, Upstream]:
+def _upstreams(data: Mapping[str, Any], problems: list[str]) -> dict[str, UpstreamSettings]:
     found = {}
     for name, settings in data.items():
         try:
-            found[name] = Upstream(**settings)
+            found[name] = UpstreamSettings(**settings)
         except ValueError as exc:
             problems.append(f"upstreams.{name}.{exc}")
     return found
@@ -457,11 +457,11 @@ def _upstreams(data: Mapping[str, Any], problems: list[str]) -> dict[str, Upstre
 def _route(
     index: int,
     data: Mapping[str, Any],
-    upstreams: Mapping[str, Upstream],
+    upstreams: Mapping[str, UpstreamSettings],
     gate: Mapping[str, Any],
     tools: Mapping[str, Any],
     policy: Policy | None,
-    ledger: Ledger,
+    ledger: LedgerSettings,
     problems: list[str],
 ) -> Route | None:
     """One entry of `routes:`, its policy the top-level gate with its own `gate:` over it;

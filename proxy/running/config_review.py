@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from proxy.config import Config
 from proxy.gate.pins import accepts_everything
 from proxy.gate.policy import Policy
-from proxy.settings import Ledger, Upstream
+from proxy.settings import LedgerSettings, UpstreamSettings
 
 
 def iter_warnings(config: Config) -> Iterator[str]:
@@ -32,7 +32,7 @@ def iter_warnings(config: Config) -> Iterator[str]:
         yield from _iter_open_pins(f"routes[{index}].gate.tools", route.gate, config.gate)
 
 
-def _iter_upstreams(config: Config) -> Iterator[tuple[str, Upstream]]:
+def _iter_upstreams(config: Config) -> Iterator[tuple[str, UpstreamSettings]]:
     if not config.upstreams:
         yield "upstream", config.upstream
     for name, upstream in config.upstreams.items():
@@ -68,7 +68,7 @@ def iter_unreachable(config: Config) -> Iterator[str]:
             yield f"audit.path: cannot append to {config.audit.path!r}: {problem}"
 
 
-def _connect(upstream: Upstream) -> str | None:
+def _connect(upstream: UpstreamSettings) -> str | None:
     parts = urlsplit(upstream.url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -90,7 +90,7 @@ def _connect(upstream: Upstream) -> str | None:
         return f"cannot connect to {where}: {exc.strerror or exc}"
 
 
-def _ping(ledger: Ledger) -> str | None:
+def _ping(ledger: LedgerSettings) -> str | None:
     import redis  # here: only a Redis ledger needs the client
 
     client = redis.Redis.from_url(
@@ -147,7 +147,7 @@ def describe(config: Config, workers: int) -> str:
     )
 
 
-def _ledger_said(ledger: Ledger) -> str:
+def _ledger_said(ledger: LedgerSettings) -> str:
     if ledger.backend != "redis":
         return f"{ledger.backend} (this process only)"
     parts = urlsplit(ledger.url)  # without a password the URL may carry

@@ -12,7 +12,7 @@ import grpc
 
 from proxy.config import Config
 from proxy.extproc.service import add_to, open_front
-from proxy.settings import ConfigError, Upstream
+from proxy.settings import ConfigError, UpstreamSettings
 
 log = logging.getLogger("replay_proxy")
 
@@ -20,7 +20,7 @@ log = logging.getLogger("replay_proxy")
 def ignored_sections(config: Config) -> list[str]:
     """What the config sets that `serve` uses and a processor behind Envoy does not."""
     ignored = []
-    if config.upstream != Upstream():
+    if config.upstream != UpstreamSettings():
         ignored.append(
             "upstream: is set, but behind Envoy the upstream is Envoy's business (its route "
             "and cluster); replay-proxy extproc ignores it"

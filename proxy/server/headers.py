@@ -82,7 +82,7 @@ def upstream_headers(
     headers: CIMultiDictProxy[str],
     config: Config,
     drop: frozenset[str],
-    upstream: settings.Upstream | None = None,
+    upstream: settings.UpstreamSettings | None = None,
 ) -> CIMultiDict[str]:
     """The client's headers as `upstream` (default: the config's single one) sees them, with
     the proxy's key for it if it holds one."""

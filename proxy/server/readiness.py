@@ -43,7 +43,7 @@ def is_ready(checks: list[Check]) -> bool:
     return all(check.ok for check in checks if check.required)
 
 
-def upstreams_of(config: Config) -> Mapping[str, settings.Upstream]:
+def upstreams_of(config: Config) -> Mapping[str, settings.UpstreamSettings]:
     """The upstreams the config names, by name: the one place readiness learns them."""
     return config.upstream_named
 
@@ -53,7 +53,9 @@ class Readiness:
     or required with `readiness.ledger: required`), and the supervisor's worker slots; the
     network checks are cached for `CACHE_S`."""
 
-    def __init__(self, ledger: settings.Ledger, metrics: Metrics, worker: WorkerSlot | None):
+    def __init__(
+        self, ledger: settings.LedgerSettings, metrics: Metrics, worker: WorkerSlot | None
+    ):
         self.ledger = ledger
         self.metrics = metrics
         self.worker = worker
@@ -124,7 +126,7 @@ class Readiness:
         return Check("ledger", True, f"{where} answers")
 
 
-async def _connect(upstream: settings.Upstream) -> Check:
+async def _connect(upstream: settings.UpstreamSettings) -> Check:
     """Whether a TCP connection opens to the upstream (to the forward proxy when it goes
     through one): no request is sent, so no upstream sees a probe as traffic."""
     host, port = _endpoint(upstream)
@@ -145,7 +147,7 @@ async def _connect(upstream: settings.Upstream) -> Check:
     return Check("", True, f"connected to {at}{via}")
 
 
-def _endpoint(upstream: settings.Upstream) -> tuple[str, int]:
+def _endpoint(upstream: settings.UpstreamSettings) -> tuple[str, int]:
     """Where the upstream hop connects: the forward proxy when it goes through one."""
     parts = urlsplit(upstream.proxy if upstream.proxy is not None else upstream.url)
     return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxy.settings import ConfigError
-from proxy.settings import Tracing as TracingSettings
+from proxy.settings import ConfigError, TracingSettings
 
 log = logging.getLogger("replay_proxy")
 

@@ -74,7 +74,7 @@ class Upstream:
     """The upstream server: one aiohttp client session (one pool of keep-alive connections)
     that every request and WebSocket upgrade to it shares."""
 
-    def __init__(self, settings: settings.Upstream, name: str = "default") -> None:
+    def __init__(self, settings: settings.UpstreamSettings, name: str = "default") -> None:
         self.settings = settings
         self.name = name
         self.base = URL(settings.url.rstrip("/"))
@@ -240,7 +240,7 @@ def cut_of(protocol: ResponseHandler | None) -> BaseException | None:
     return error
 
 
-def tls_context(settings: settings.Upstream) -> ssl.SSLContext:
+def tls_context(settings: settings.UpstreamSettings) -> ssl.SSLContext:
     """The TLS client context for an https upstream: `ca_file` or the system's trust store
     (read when the upstream is made, so SSL_CERT_FILE applies), and the client certificate."""
     context = ssl.create_default_context(cafile=settings.ca_file)

@@ -37,7 +37,7 @@ def line_hash(line: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class Request:
+class AuditedRequest:
     """What the audit record says of the request a verdict was made on."""
 
     request_id: str
@@ -49,7 +49,7 @@ class Request:
     upstream: str | None = None  # the name of the upstream its route sends it to
 
 
-def record(request: Request, verdict: Verdict, *, include_arguments: bool) -> dict[str, Any]:
+def record(request: AuditedRequest, verdict: Verdict, *, include_arguments: bool) -> dict[str, Any]:
     """The audit record of DESIGN.md for a request that had findings (the writer adds `prev`):
     the findings the verdict lists (`Verdict.listed`), and `findings_omitted` when it left
     some out."""
@@ -176,7 +176,7 @@ class AuditLog:
         with self._locked() as st:
             self._read_tail(st)
 
-    def write(self, request: Request, verdict: Verdict) -> dict[str, Any]:
+    def write(self, request: AuditedRequest, verdict: Verdict) -> dict[str, Any]:
         return self.append(record(request, verdict, include_arguments=self.include_arguments))
 
     def append(self, entry: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -15,7 +14,9 @@ from typing import Any
 from proxy import settings
 from proxy.gate import items
 from proxy.gate.items import Item
-from proxy.state.ledger import COMPACTION, LedgerFault, Recording, Store
+from proxy.state.encoding import as_stored, decode_response, encode_response
+from proxy.state.ledger import LedgerFault, Store
+from proxy.state.recording import COMPACTION, RecordedResponse
 
 log = logging.getLogger("replay_proxy")
 
@@ -24,7 +25,7 @@ log = logging.getLogger("replay_proxy")
 RESPONSE = "response"
 
 
-def open_store(settings: settings.Ledger) -> Store:
+def open_store(settings: settings.LedgerSettings) -> Store:
     if settings.backend == "redis":
         return RedisStore(settings.url, ttl_s=settings.ttl_s, timeout_s=settings.timeout_s)
     return MemoryStore(
@@ -80,7 +81,9 @@ class MemoryStore:
         self.max_per_tenant = max_responses if max_per_tenant is None else max_per_tenant
         self.ttl_s = ttl_s
         # (tenant, response id) -> (expiry, recording); insertion order is expiry order.
-        self._responses: OrderedDict[tuple[str, str], tuple[float, Recording]] = OrderedDict()
+        self._responses: OrderedDict[tuple[str, str], tuple[float, RecordedResponse]] = (
+            OrderedDict()
+        )
         # tenant -> its response ids, oldest first.
         self._held: dict[str, dict[str, None]] = {}
         self._holdings = _Holdings()
@@ -98,7 +101,7 @@ class MemoryStore:
         return len(self._responses)
 
     async def put(
-        self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
+        self, tenant: str, recording: RecordedResponse, tools: Sequence[tuple[str, Any]] = ()
     ) -> None:
         now = time.monotonic()
         key = (tenant, recording.response_id)
@@ -171,15 +174,15 @@ class MemoryStore:
                 if not calls:
                     del self._calls[(tenant, call_key)]
 
-    def _get(self, tenant: str, response_id: str) -> Recording | None:
+    def _get(self, tenant: str, response_id: str) -> RecordedResponse | None:
         found = self._responses.get((tenant, response_id))
         if found is None or found[0] <= time.monotonic():
             return None
         return found[1]
 
-    async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
+    async def chain(self, tenant: str, response_id: str, depth: int) -> list[RecordedResponse]:
         self._expire(time.monotonic())
-        found: list[Recording] = []
+        found: list[RecordedResponse] = []
         current: str | None = response_id
         while current is not None and len(found) < depth:
             recording = self._get(tenant, current)
@@ -239,33 +242,6 @@ for i = 1, tonumber(ARGV[3]) do
 end
 return out
 """
-_LENGTH = re.compile(rb"(0|[1-9][0-9]{0,9}):")
-
-
-def _bytes(text: str) -> bytes:
-    """`text` as Redis holds it: any string a JSON body can carry (a lone surrogate too)."""
-    return text.encode("utf-8", "surrogatepass")
-
-
-def encode_response(recording: Recording) -> bytes:
-    """A response's value in Redis: its previous id length-prefixed, then its recording."""
-    previous = _bytes(recording.previous_response_id or "")
-    return b"%d:%s%s" % (len(previous), previous, recording.encode().encode())
-
-
-def decode_response(response_id: str, value: bytes) -> Recording:
-    """The recording `encode_response` stored; ValueError for any other value."""
-    prefix = _LENGTH.match(value)
-    if prefix is None:
-        raise ValueError("no length prefix")
-    start = prefix.end()
-    end = start + int(prefix[1])
-    if end > len(value):
-        raise ValueError("shorter than its prefix says")
-    recording = Recording.decode(response_id, value[end:])
-    if _bytes(recording.previous_response_id or "") != value[start:end]:
-        raise ValueError("its prefix names another previous response")
-    return recording
 
 
 def _undecodable(what: str, exc: Exception) -> None:
@@ -318,7 +294,7 @@ class RedisStore:
 
     @staticmethod
     def _key(tenant: str, kind: str, name: str) -> bytes:
-        return _bytes(f"replay-proxy:{key_tenant(tenant)}:{kind}:{name}")
+        return as_stored(f"replay-proxy:{key_tenant(tenant)}:{kind}:{name}")
 
     async def _run(self, operation: Any) -> Any:
         try:
@@ -330,7 +306,7 @@ class RedisStore:
             raise LedgerFault(f"redis: {exc!r}") from None
 
     async def put(
-        self, tenant: str, recording: Recording, tools: Sequence[tuple[str, Any]] = ()
+        self, tenant: str, recording: RecordedResponse, tools: Sequence[tuple[str, Any]] = ()
     ) -> None:
         pipe = self._redis.pipeline(transaction=False)
         key = self._key(tenant, RESPONSE, recording.response_id)
@@ -367,9 +343,9 @@ class RedisStore:
         _, count = await self._run(pipe.execute())
         return int(count)
 
-    async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
+    async def chain(self, tenant: str, response_id: str, depth: int) -> list[RecordedResponse]:
         prefix = self._key(tenant, RESPONSE, "")
-        named = _bytes(response_id)
+        named = as_stored(response_id)
         values = await self._run(self._chain(keys=[], args=[prefix, named, depth]))
         found = []
         current = response_id

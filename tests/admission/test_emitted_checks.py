@@ -14,8 +14,8 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.items import tool_schemas
 from proxy.gate.policy import Policy
 from proxy.state.audit import AuditLog, Relayed
-from proxy.state.ledger import Context
 from proxy.state.metrics import Metrics
+from proxy.state.recording import Context
 from tests.builders import APAC, GLOBAL, SALES_SCHEMA, TOOLS, call, tool
 
 RELAYED = Relayed("req_1", "http", "/v1/responses", "t_1", b"{}")

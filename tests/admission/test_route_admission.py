@@ -13,8 +13,9 @@ import pytest
 from proxy.admission import pipeline
 from proxy.running.config_file import parse_config
 from proxy.state.audit import AuditLog
-from proxy.state.ledger import Context, Ledger
+from proxy.state.ledger import Ledger
 from proxy.state.metrics import Metrics
+from proxy.state.recording import Context
 from proxy.state.stores import MemoryStore
 from tests.builders import SALES_TOOL, sales_call, sales_output
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from proxy.state.ledger import Context, Ledger
+from proxy.state.ledger import Ledger
+from proxy.state.recording import Context
 from proxy.state.stores import RedisStore
 from tests.builders import SALES_SCHEMA, SALES_TOOL, article_output, sales_call
 from tests.running.test_check import check

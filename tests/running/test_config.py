@@ -14,7 +14,7 @@ from proxy.config import Config
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect
 from proxy.running.config_file import load_config, parse_config
-from proxy.settings import Audit, ConfigError, Ledger, Limits, Listen, Upstream
+from proxy.settings import Audit, ConfigError, LedgerSettings, Limits, Listen, UpstreamSettings
 from tests.builders import SALES_SCHEMA as SALES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ def test_every_key(tmp_path: Path) -> None:
     path.write_text(EVERY_KEY, encoding="utf-8")
     config = load_config(path)
     assert config.listen == Listen(host="0.0.0.0", port=9000, shutdown_grace_s=5)
-    assert config.upstream == Upstream(
+    assert config.upstream == UpstreamSettings(
         url="https://api.example.test/base", connect_timeout_s=2.5, read_timeout_s=30
     )
     assert config.gate == Policy(
@@ -78,7 +78,7 @@ def test_every_key(tmp_path: Path) -> None:
         tools={"get_latest_sales_report": SALES, "anything": True},
     )
     assert config.audit == Audit(path="/var/log/replay-proxy.jsonl", include_arguments=True)
-    assert config.ledger == Ledger(
+    assert config.ledger == LedgerSettings(
         backend="redis",
         url="rediss://cache.example.test:6380/2",
         ttl_s=60,
@@ -360,7 +360,10 @@ def test_invalid_utf8_config(tmp_path: Path) -> None:
         pytest.param({}, Config(), id="none"),
         pytest.param(
             {"upstream": "https://up.example.test", "host": "::1", "port": 0},
-            Config(listen=Listen(host="::1", port=0), upstream=Upstream("https://up.example.test")),
+            Config(
+                listen=Listen(host="::1", port=0),
+                upstream=UpstreamSettings("https://up.example.test"),
+            ),
             id="all",
         ),
     ],

@@ -9,7 +9,7 @@ import pytest
 
 from proxy.config import Config
 from proxy.running.config_file import iter_defaults, load_config, parse_config
-from proxy.settings import ConfigError, Log, Tracing
+from proxy.settings import ConfigError, Log, TracingSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
         pytest.param({"log": {"format": "json"}}, Config(log=Log("json")), id="json"),
         pytest.param(
             {"tracing": {"enabled": True, "endpoint": "http://127.0.0.1:4318/v1/traces"}},
-            Config(tracing=Tracing(True, "http://127.0.0.1:4318/v1/traces")),
+            Config(tracing=TracingSettings(True, "http://127.0.0.1:4318/v1/traces")),
             id="tracing-on",
         ),
         pytest.param(
             {"tracing": {"service_name": "edge"}},
-            Config(tracing=Tracing(service_name="edge")),
+            Config(tracing=TracingSettings(service_name="edge")),
             id="service-name",
         ),
     ],

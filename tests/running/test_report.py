@@ -26,7 +26,7 @@ from proxy.running.report import (
 )
 from proxy.running.report_html import render_html
 from proxy.settings import ConfigError
-from proxy.state.audit import AuditLog, Request
+from proxy.state.audit import AuditedRequest, AuditLog
 from tests.builders import FINDING, audit_record, failing_body, orphan_finding
 from tests.state.audit_logs import ORPHAN, replay_proxy
 
@@ -457,7 +457,9 @@ def write_rotated(tmp_path: Path) -> Path:
     failing = inspect(failing_body(), Policy())
     for i in range(6):
         verdict = ORPHAN if i % 2 else failing
-        log.write(Request(f"req_{i}", "http", "/v1/responses", {}, b"{}", f"t_{i % 2}"), verdict)
+        log.write(
+            AuditedRequest(f"req_{i}", "http", "/v1/responses", {}, b"{}", f"t_{i % 2}"), verdict
+        )
     log.close()
     first = tmp_path / "audit.jsonl.1"
     lines = first.read_bytes().splitlines(keepends=True)

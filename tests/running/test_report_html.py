@@ -18,7 +18,7 @@ from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect
 from proxy.running.report import Entry, summarize
 from proxy.running.report_html import PALETTE, SCRIPT, render_html
-from proxy.state.audit import Request, record
+from proxy.state.audit import AuditedRequest, record
 from tests.builders import (
     FINDING,
     audit_record,
@@ -105,7 +105,7 @@ def records_over(start: datetime, span: timedelta, count: int) -> list[dict[str,
         body = FAILING_BODIES[(n * n + n // 3) % len(FAILING_BODIES)]
         verdict = inspect(body, Policy())
         rec = record(
-            Request(f"req_{n:04d}", "http", "/v1/responses", body, b"{}", TENANTS[n % 3]),
+            AuditedRequest(f"req_{n:04d}", "http", "/v1/responses", body, b"{}", TENANTS[n % 3]),
             verdict,
             include_arguments=False,
         )

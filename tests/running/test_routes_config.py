@@ -12,7 +12,7 @@ import yaml
 from proxy.config import DEFAULT_UPSTREAM, Config, Route
 from proxy.gate.policy import Policy
 from proxy.running.config_file import parse_config
-from proxy.settings import ConfigError, Upstream
+from proxy.settings import ConfigError, UpstreamSettings
 
 # The shape the issue gives, word for word (a contract: tests outside the suite use these names).
 TWO_PROVIDERS: dict[str, Any] = {
@@ -41,10 +41,10 @@ TWO_PROVIDERS: dict[str, Any] = {
 def test_the_two_provider_shape_loads_as_written() -> None:
     config = parse_config(TWO_PROVIDERS)
     assert dict(config.upstream_named) == {
-        "openai": Upstream(
+        "openai": UpstreamSettings(
             url="https://api.openai.example", vendor="openai", api_key_env="OPENAI_API_KEY"
         ),
-        "acme": Upstream(url="http://127.0.0.1:9000", vendor="acme"),
+        "acme": UpstreamSettings(url="http://127.0.0.1:9000", vendor="acme"),
     }
     acme, openai = Policy(vendor="acme"), Policy(vendor="openai")
     assert config.routing == (

@@ -13,7 +13,7 @@ import trustme
 from proxy.config import proxy_for
 from proxy.running.config_file import parse_config
 from proxy.server.upstream import Upstream as Hop
-from proxy.settings import ConfigError, Upstream
+from proxy.settings import ConfigError, UpstreamSettings
 
 
 def pem_files(directory: Path) -> None:
@@ -40,7 +40,7 @@ def test_every_upstream_key(tmp_path: Path) -> None:
             }
         }
     )
-    assert config.upstream == Upstream(
+    assert config.upstream == UpstreamSettings(
         url="https://api.example.test",
         max_connections=8,
         keepalive_s=4.5,
@@ -185,7 +185,7 @@ def test_trust_env_decides_whether_the_proxy_is_taken(
 
 
 async def test_the_session_is_made_to_the_settings() -> None:
-    hop = Hop(Upstream(url="http://127.0.0.1:9", max_connections=3, keepalive_s=2))
+    hop = Hop(UpstreamSettings(url="http://127.0.0.1:9", max_connections=3, keepalive_s=2))
     await hop.start()
     try:
         assert hop.session.connector is not None

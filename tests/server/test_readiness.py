@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.running.workers import free_port
 from proxy.server.readiness import Check, Readiness
-from proxy.settings import Ledger
+from proxy.settings import LedgerSettings
 from proxy.state.metrics import Metrics
 from proxy.state.workers import Missing, Slots, WorkerSlot, write_slots
 from tests.builders import at
@@ -192,7 +192,7 @@ async def test_admin_endpoints_want_a_client_key_when_clients_are_listed(
 
 
 def readiness(tmp_path: Path) -> Readiness:
-    return Readiness(Ledger(), Metrics(), WorkerSlot(str(tmp_path), 1))
+    return Readiness(LedgerSettings(), Metrics(), WorkerSlot(str(tmp_path), 1))
 
 
 @pytest.mark.parametrize(
@@ -242,4 +242,4 @@ def test_the_workers_check_reads_the_supervisors_view(
 
 
 def test_one_process_has_no_workers_check() -> None:
-    assert Readiness(Ledger(), Metrics(), None).workers() is None
+    assert Readiness(LedgerSettings(), Metrics(), None).workers() is None

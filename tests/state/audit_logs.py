@@ -10,7 +10,7 @@ from typing import Any
 
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import Verdict, inspect
-from proxy.state.audit import GENESIS, AuditLog, Request, line_hash
+from proxy.state.audit import GENESIS, AuditedRequest, AuditLog, line_hash
 
 ORPHAN_BODY: dict[str, Any] = {
     "model": "m",
@@ -24,7 +24,7 @@ def write_records(
 ) -> None:
     body = ORPHAN_BODY if body is None else body
     for i in range(n):
-        log.write(Request(f"{tag}_{i}", "http", "/v1/responses", body, b"{}", None), verdict)
+        log.write(AuditedRequest(f"{tag}_{i}", "http", "/v1/responses", body, b"{}", None), verdict)
 
 
 def fresh_log(path: Path, n: int, **kwargs: Any) -> list[bytes]:

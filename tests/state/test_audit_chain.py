@@ -10,7 +10,7 @@ import pytest
 
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect
-from proxy.state.audit import GENESIS, AuditLog, Request, line_hash
+from proxy.state.audit import GENESIS, AuditedRequest, AuditLog, line_hash
 from tests.builders import AUDIT_FIELDS
 from tests.state.audit_logs import (
     ORPHAN,
@@ -24,7 +24,9 @@ from tests.state.audit_logs import (
 
 def test_record_has_the_design_fields_and_a_fresh_chain_starts_at_zeros(tmp_path: Path) -> None:
     log = AuditLog(str(tmp_path / "audit.jsonl"))
-    entry = log.write(Request("req_1", "http", "/v1/responses", ORPHAN_BODY, b"{}", None), ORPHAN)
+    entry = log.write(
+        AuditedRequest("req_1", "http", "/v1/responses", ORPHAN_BODY, b"{}", None), ORPHAN
+    )
     log.close()
 
     [line] = (tmp_path / "audit.jsonl").read_bytes().splitlines()

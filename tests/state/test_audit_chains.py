@@ -201,7 +201,7 @@ def test_a_break_in_the_second_file_names_where_the_chain_came_from(
 WRITER = """
 import os, sys, time
 from pathlib import Path
-from proxy.state.audit import AuditLog, Request
+from proxy.state.audit import AuditLog, AuditedRequest
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect
 
@@ -216,7 +216,7 @@ deadline = time.monotonic() + 30
 while not os.path.exists(go) and time.monotonic() < deadline:
     time.sleep(0.001)
 for i in range(int(n)):
-    log.write(Request(f"{tag}_{i}", "http", "/v1/responses", body, b"{}", None), verdict)
+    log.write(AuditedRequest(f"{tag}_{i}", "http", "/v1/responses", body, b"{}", None), verdict)
 log.close()
 """
 

@@ -16,7 +16,7 @@ from tests.state.audit_logs import assert_chain, replay_proxy
 WRITER = """
 import os, sys, time
 from pathlib import Path
-from proxy.state.audit import AuditLog, Request
+from proxy.state.audit import AuditLog, AuditedRequest
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect
 
@@ -29,7 +29,7 @@ deadline = time.monotonic() + 30
 while not os.path.exists(go) and time.monotonic() < deadline:
     time.sleep(0.001)
 for i in range(int(n)):
-    log.write(Request(f"{tag}_{i}", "http", "/v1/responses", body, b"{}", None), verdict)
+    log.write(AuditedRequest(f"{tag}_{i}", "http", "/v1/responses", body, b"{}", None), verdict)
 log.close()
 """
 

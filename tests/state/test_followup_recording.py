@@ -14,7 +14,10 @@ from proxy.gate import items
 from proxy.gate.items import Item
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import Verdict, inspect
-from proxy.state.ledger import Context, Ledger, LedgerView, Recording, Store
+from proxy.state.encoding import decode, encode
+from proxy.state.ledger import Ledger, Store
+from proxy.state.ledger_view import LedgerView
+from proxy.state.recording import Context, RecordedResponse
 from proxy.state.stores import MemoryStore, RedisStore
 from tests.builders import SALES_SCHEMA, SALES_TOOL, sales_call, sales_output
 from tests.servers.redis_server import RedisServer
@@ -355,6 +358,6 @@ async def test_a_compaction_maps_to_the_calls_that_went_in(store: Store) -> None
 
 
 def test_a_recording_encodes_and_decodes() -> None:
-    recording = Recording("r", "p", ({"type": "message", "id": "m"},), 1, "h")
-    assert Recording.decode("r", recording.encode()) == recording
-    assert json.loads(Recording("r", None, ()).encode()) == {"prev": None, "items": []}
+    recording = RecordedResponse("r", "p", ({"type": "message", "id": "m"},), 1, "h")
+    assert decode("r", encode(recording)) == recording
+    assert json.loads(encode(RecordedResponse("r", None, ()))) == {"prev": None, "items": []}

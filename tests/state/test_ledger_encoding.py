@@ -13,14 +13,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from proxy.state.ledger import Recording
-from proxy.state.stores import (
-    RESPONSE,
-    RedisStore,
-    decode_response,
-    encode_response,
-    key_tenant,
-)
+from proxy.state.encoding import decode_response, encode_response
+from proxy.state.recording import RecordedResponse
+from proxy.state.stores import RESPONSE, RedisStore, key_tenant
 from tests.builders import SALES_TOOL, sales_call, sales_output
 from tests.fixture_types import ProxyFactory
 from tests.servers.recording import Received, RecordingUpstream
@@ -161,7 +156,7 @@ async def test_a_corrupted_item_call_or_tools_value_is_not_recorded(
 ) -> None:
     store = RedisStore(redis_server.url, ttl_s=60, timeout_s=5)
     call = sales_call("c")
-    await store.put("t", Recording("resp_1", None, (call,), tools="k"), [("sales", {})])
+    await store.put("t", RecordedResponse("resp_1", None, (call,), tools="k"), [("sales", {})])
     client = aioredis.Redis.from_url(redis_server.url)
     try:
         await client.set(b"replay-proxy:t:item@:fc_c", b"{not json")
@@ -180,7 +175,7 @@ async def test_a_corrupted_item_call_or_tools_value_is_not_recorded(
 
 @pytest.mark.parametrize("previous", [None, "", "p", "\n", "3:abc", "\ud800" * 3])
 def test_a_response_value_decodes_as_it_was_encoded(previous: str | None) -> None:
-    recording = Recording("r", previous, (sales_call("c"),), 0, "k", "acme")
+    recording = RecordedResponse("r", previous, (sales_call("c"),), 0, "k", "acme")
     assert decode_response("r", encode_response(recording)) == recording
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from proxy.settings import Ledger
-from proxy.state.ledger import Recording
+from proxy.settings import LedgerSettings
+from proxy.state.recording import RecordedResponse
 from proxy.state.stores import MemoryStore
 from tests.builders import SALES_TOOL, sales_output
 from tests.fixture_types import ProxyFactory
@@ -22,9 +22,9 @@ async def held(store: MemoryStore, tenant: str, count: int) -> list[str]:
 
 async def test_a_tenant_past_its_share_loses_its_own_oldest() -> None:
     store = MemoryStore(max_responses=10, ttl_s=60, max_per_tenant=2)
-    await store.put("b", Recording("resp_b", None, ()))
+    await store.put("b", RecordedResponse("resp_b", None, ()))
     for i in range(20):  # ten times its share
-        await store.put("a", Recording(f"resp_{i}", None, ()))
+        await store.put("a", RecordedResponse(f"resp_{i}", None, ()))
 
     assert await held(store, "a", 20) == ["resp_18", "resp_19"]
     assert await store.chain("b", "resp_b", 1)
@@ -35,8 +35,8 @@ async def test_a_full_store_takes_from_the_tenant_holding_the_most() -> None:
     store = MemoryStore(max_responses=6, ttl_s=60, max_per_tenant=3)
     for tenant, count in (("a", 3), ("b", 2), ("c", 1)):
         for i in range(count):
-            await store.put(tenant, Recording(f"resp_{i}", None, ()))
-    await store.put("d", Recording("resp_0", None, ()))  # full: `a` holds the most
+            await store.put(tenant, RecordedResponse(f"resp_{i}", None, ()))
+    await store.put("d", RecordedResponse("resp_0", None, ()))  # full: `a` holds the most
 
     assert len(store) == 6
     assert await held(store, "a", 3) == ["resp_1", "resp_2"]
@@ -48,8 +48,8 @@ async def test_a_full_store_takes_from_the_tenant_holding_the_most() -> None:
 async def test_a_response_recorded_again_counts_once() -> None:
     store = MemoryStore(max_responses=10, ttl_s=60, max_per_tenant=2)
     for _ in range(5):
-        await store.put("a", Recording("resp_0", None, ()))
-    await store.put("a", Recording("resp_1", None, ()))
+        await store.put("a", RecordedResponse("resp_0", None, ()))
+    await store.put("a", RecordedResponse("resp_1", None, ()))
 
     assert await held(store, "a", 2) == ["resp_0", "resp_1"]
 
@@ -63,7 +63,7 @@ async def test_a_response_recorded_again_counts_once() -> None:
     ],
 )
 def test_the_share_of_a_tenant(given: dict[str, int], per_tenant: int) -> None:
-    assert Ledger(**given).per_tenant == per_tenant  # type: ignore[arg-type]
+    assert LedgerSettings(**given).per_tenant == per_tenant  # type: ignore[arg-type]
 
 
 async def test_one_tenants_traffic_leaves_anothers_follow_up_usable(

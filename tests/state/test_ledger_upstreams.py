@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from proxy.state.ledger import Context, Ledger, Recording
+from proxy.state.encoding import decode, encode
+from proxy.state.ledger import Ledger
+from proxy.state.recording import Context, RecordedResponse
 from proxy.state.stores import MemoryStore, RedisStore
 from tests.builders import sales_call, sales_output
 from tests.servers.redis_server import RedisServer
@@ -133,8 +135,8 @@ async def test_a_history_that_is_not_whole_is_none(
 
 
 def test_a_recording_encodes_its_upstream_and_whole_items() -> None:
-    recording = Recording("r", "p", (), 0, None, "acme", (USER, SAID))
-    assert Recording.decode("r", recording.encode()) == recording
+    recording = RecordedResponse("r", "p", (), 0, None, "acme", (USER, SAID))
+    assert decode("r", encode(recording)) == recording
     # Without them, a recording is stored as before (and one stored before still decodes).
-    assert json.loads(Recording("r", None, ()).encode()) == {"prev": None, "items": []}
-    assert Recording.decode("r", '{"prev": null, "items": []}').upstream is None
+    assert json.loads(encode(RecordedResponse("r", None, ()))) == {"prev": None, "items": []}
+    assert decode("r", '{"prev": null, "items": []}').upstream is None

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from proxy.state.ledger import Ledger, LedgerFault, LedgerView, Recording, same_arguments
+from proxy.state.arguments import same_arguments
+from proxy.state.ledger import Ledger, LedgerFault
+from proxy.state.ledger_view import LedgerView
+from proxy.state.recording import RecordedResponse
 from proxy.state.stores import MemoryStore
 from tests.builders import APAC, sales_call, sales_output
 
@@ -32,6 +35,15 @@ SAME_ARGUMENTS = [
     pytest.param(APAC, {"region": "apac"}, False, id="replayed-not-a-string"),
     pytest.param({"region": "apac"}, {"region": "apac"}, True, id="equal-non-strings"),
     pytest.param("[" * 5000 + "]" * 5000, "[" * 5000 + "] " * 5000, False, id="too-deep"),
+    # Read as strictjson reads a body: the digits and exponent, not how the exponent is spelt;
+    # an integer's value (`-0` is the `0` that JSON.stringify writes); no lone surrogate.
+    pytest.param('{"n":[1e3,2.5E-1]}', '{"n":[1E+3,2.5e-01]}', True, id="exponent-spelling"),
+    pytest.param('{"n":1.50}', '{"n":1.5}', False, id="trailing-zero"),
+    pytest.param('{"n":-0}', '{"n": 0}', True, id="integer-minus-zero"),
+    pytest.param('{"n":-0.0}', '{"n": 0.0}', False, id="fraction-minus-zero"),
+    pytest.param('{"a":"\\ud800"}', '{ "a": "\\ud800" }', False, id="lone-surrogate"),
+    pytest.param('{"n":1' + "0" * 4400 + "}", '{"n": 1' + "0" * 4400 + "}", False, id="huge-int"),
+    pytest.param("[" * 900 + "]" * 900, "[" * 900 + "] " * 900, True, id="deep-within-bounds"),
 ]
 
 
@@ -87,7 +99,7 @@ def test_emitted_statuses(
 class BrokenStore(MemoryStore):
     """A store whose every read fails, as Redis does when it is down."""
 
-    async def chain(self, tenant: str, response_id: str, depth: int) -> list[Recording]:
+    async def chain(self, tenant: str, response_id: str, depth: int) -> list[RecordedResponse]:
         raise LedgerFault("down")
 
     async def lookup(self, *args: Any, **kwargs: Any) -> Any:
@@ -114,7 +126,7 @@ async def test_fail_open_waives_only_an_unreadable_previous_response(
 ) -> None:
     backend = (BrokenStore if store == "broken" else MemoryStore)(max_responses=10, ttl_s=60)
     ledger = Ledger(backend, max_chain=8, fail_open=True)
-    await backend.put("t", Recording("resp_1", None, (sales_call("c"),)))
+    await backend.put("t", RecordedResponse("resp_1", None, (sales_call("c"),)))
     view = await ledger.view("t", body, provenance=False)
     assert view is not None
     assert view.trust_unpaired is trusted
@@ -123,7 +135,7 @@ async def test_fail_open_waives_only_an_unreadable_previous_response(
 async def test_a_call_without_status_is_looked_up_without_provenance() -> None:
     backend = MemoryStore(max_responses=10, ttl_s=60)
     ledger = Ledger(backend, max_chain=8, fail_open=False)
-    await backend.put("t", Recording("resp_1", None, (sales_call("c"),)))
+    await backend.put("t", RecordedResponse("resp_1", None, (sales_call("c"),)))
     view = await ledger.view("t", {"input": [replayed(), sales_output("c")]}, provenance=False)
     assert view is not None
     assert view.emitted_statuses(replayed()) == ["completed"]
@@ -135,7 +147,7 @@ async def test_a_call_without_status_is_looked_up_without_provenance() -> None:
 async def test_a_call_id_given_many_times_is_looked_up_once() -> None:
     backend = MemoryStore(max_responses=10, ttl_s=60)
     ledger = Ledger(backend, max_chain=8, fail_open=False)
-    await backend.put("t", Recording("resp_1", None, (sales_call("c"),)))
+    await backend.put("t", RecordedResponse("resp_1", None, (sales_call("c"),)))
     body = {"input": [replayed()] * 1000 + [sales_output("c")]}
     view = await ledger.view("t", body, provenance=True)
     assert view is not None

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.state.ledger import tools_key
+from proxy.state.recording import tools_key
 
 
 def _stdlib(tools: Any) -> str:

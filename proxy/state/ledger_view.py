@@ -1,0 +1,148 @@
+"""What the ledger holds for one request, as the gate reads it: the calls of its chain, the items
+it refers to, the calls emitted upstream and the tools recorded with them; and which of these a
+request asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.gate import items
+from proxy.gate.items import Item
+from proxy.state.arguments import same_arguments
+from proxy.state.recording import COMPACTION, RecordedResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What of the ledger a request's outputs may be judged by: the response it continues, the
+    items it looks up by id, and the calls whose emission the gate may ask about."""
+
+    previous: str | None
+    reference_ids: list[str]
+    call_ids: list[str]
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any], *, provenance: bool) -> Wanted | None:
+        """What `body` wants; None when it names no history."""
+        previous = body.get("previous_response_id")
+        input_items = body.get("input")
+        listed = input_items if isinstance(input_items, list) else []
+        # The items looked up by id: those an item_reference names, and each compaction item
+        # (it stands for the calls that went into it).
+        reference_ids = [
+            ref
+            for item in listed
+            if items.kind(item) in (items.ITEM_REFERENCE, COMPACTION)
+            if (ref := items.reference_id(item)) is not None
+        ]
+        # The calls whose emission the gate may ask about: every candidate under provenance,
+        # else the function_calls replayed without a status (judged by the recorded one).
+        # Each once: a call_id given many times would fetch its recorded calls many times.
+        call_ids = list(
+            dict.fromkeys(
+                key
+                for item in listed
+                if provenance or (isinstance(item, dict) and _missing_status(item))
+                if (key := items.pairing_key(item)) is not None
+            )
+        )
+        if not isinstance(previous, str) and not reference_ids and not call_ids:
+            return None
+        return cls(previous if isinstance(previous, str) else None, reference_ids, call_ids)
+
+
+def _missing_status(item: Item) -> bool:
+    # A typeless call fails `namespaced` whatever its status: only typed ones are looked up.
+    return item.get("type") == items.FUNCTION_CALL and item.get("status") is None
+
+
+@dataclass
+class LedgerView:
+    """What the ledger holds for one request, as the gate's `Recorded`.
+
+    `trust_unpaired` is set when the named previous response could not be read (unknown, or
+    a store fault) and the config says to fail open: then an output with no pair is let through.
+    Nothing else is waived: provenance and recorded statuses come only from what was read.
+    """
+
+    chain_calls: dict[str, list[Item]] = field(default_factory=dict)
+    by_id: dict[str, Item] = field(default_factory=dict)
+    # call_id -> (name, arguments, status) of each function_call emitted upstream.
+    emitted_calls: dict[str, list[tuple[Any, Any, Any]]] = field(default_factory=dict)
+    trust_unpaired: bool = False
+    # The tools recorded with the responses read (their hash -> (name, parameters) pairs).
+    tools: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    # The upstream that made the named previous response, as recorded (None: unknown).
+    origin: str | None = None
+
+    def calls(self, call_id: str) -> Sequence[Item]:
+        return self.chain_calls.get(call_id, ())
+
+    def item(self, item_id: str) -> Item | None:
+        return self.by_id.get(item_id)
+
+    def emitted_statuses(self, call: Item) -> Sequence[Any]:
+        key = items.pairing_key(call)
+        found = self.emitted_calls.get(key, ()) if key is not None else ()
+        name, arguments = call.get("name"), call.get("arguments")
+        return [status for n, a, status in found if n == name and same_arguments(a, arguments)]
+
+    def add_chain(self, recordings: Iterable[RecordedResponse]) -> None:
+        for recording in recordings:
+            for index, item in enumerate(recording.items):
+                key = items.pairing_key(item)
+                if key is not None and item.get("type") != COMPACTION:
+                    self.chain_calls.setdefault(key, []).append(item)
+                    # A call the client sent pairs, but was never emitted by an upstream.
+                    if index >= recording.inputs:
+                        self.add_emitted(item)
+
+    def tools_wanted(self, offered: Iterable[str]) -> set[str]:
+        """The tool hashes of recorded calls named by no tool in `offered` (the request's):
+        those calls are judged by the schemas recorded with them."""
+        names = set(offered)
+        return {
+            tools
+            for call in self.iter_recorded_calls()
+            if call.get("name") not in names
+            if isinstance(tools := call.get(items.RECORDED_TOOLS), str)
+        }
+
+    def iter_recorded_calls(self) -> Iterator[Item]:
+        for found in self.chain_calls.values():
+            yield from found
+        for item in self.by_id.values():
+            yield item
+            calls = item.get("calls") if item.get("type") == COMPACTION else None
+            if isinstance(calls, list):
+                yield from calls
+
+    def attach_tools(self) -> None:
+        """Put on each recorded call the parameters of its own tool, recorded with it, under
+        `items.RECORDED_SCHEMAS` (on a copy: the store's items are shared)."""
+        if not self.tools:
+            return
+
+        def attached(call: Item) -> Item:
+            recorded = self.tools.get(call.get(items.RECORDED_TOOLS) or "")
+            if recorded is None:
+                return call
+            schemas = [parameters for name, parameters in recorded if name == call.get("name")]
+            return {**call, items.RECORDED_SCHEMAS: schemas}
+
+        for key, found in self.chain_calls.items():
+            self.chain_calls[key] = [attached(c) for c in found]
+        for item_id, item in self.by_id.items():
+            calls = item.get("calls") if item.get("type") == COMPACTION else None
+            if isinstance(calls, list):
+                self.by_id[item_id] = {**item, "calls": [attached(c) for c in calls]}
+            else:
+                self.by_id[item_id] = attached(item)
+
+    def add_emitted(self, item: Item) -> None:
+        key = items.pairing_key(item)
+        if key is not None and item.get("type") == items.FUNCTION_CALL:
+            emitted = (item.get("name"), item.get("arguments"), item.get("status"))
+            self.emitted_calls.setdefault(key, []).append(emitted)
