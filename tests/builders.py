@@ -13,7 +13,7 @@ from typing import Any
 import brotli
 from yarl import URL
 
-from proxy.gate.messages import CHAT_BODY
+from proxy.gate.phrases import CHAT_BODY
 from proxy.gate.verdict import Verdict
 
 # Generous bounds that only stop a hang; nothing asserts how long anything took.

@@ -23,9 +23,10 @@ from proxy.gate import items
 from proxy.gate.arguments import compile_schemas, pending_schemas
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
+from proxy.gate.findings import Finding
 from proxy.gate.pairing import NOTHING_RECORDED
 from proxy.gate.policy import Policy
-from proxy.gate.verdict import Bounds, Finding, Verdict, inspect, over_limit, rejection
+from proxy.gate.verdict import Bounds, Verdict, inspect, over_limit, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger, LedgerFault

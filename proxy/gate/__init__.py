@@ -9,9 +9,10 @@ if TYPE_CHECKING:
     from proxy.gate.arguments import check_arguments, compile_schemas, pending_schemas
     from proxy.gate.budget import TIMEOUTS
     from proxy.gate.caches import CachedVerdict, GateCaches, VerdictKey
-    from proxy.gate.failure import failure_output, failure_record
+    from proxy.gate.findings import Failed, Finding
     from proxy.gate.pairing import NOTHING_RECORDED, NothingRecorded, Pairing, Recorded
-    from proxy.gate.policy import (
+    from proxy.gate.policy import Policy
+    from proxy.gate.reasons import (
         ACTIONS,
         ALL_REASONS,
         AMBIGUOUS_ITEM,
@@ -23,40 +24,44 @@ if TYPE_CHECKING:
         UNKNOWN_REFERENCE,
         Action,
         Outcome,
-        Policy,
+        Reason,
     )
-    from proxy.gate.verdict import Finding, Verdict, inspect, rejection
+    from proxy.gate.records import failure_output, failure_record, read_finding
+    from proxy.gate.verdict import Verdict, inspect, rejection
 
 # Where each name lives; imported on first use.
 _WHERE = {
-    "ACTIONS": "proxy.gate.policy",
-    "ALL_REASONS": "proxy.gate.policy",
-    "AMBIGUOUS_ITEM": "proxy.gate.policy",
-    "Action": "proxy.gate.policy",
+    "ACTIONS": "proxy.gate.reasons",
+    "ALL_REASONS": "proxy.gate.reasons",
+    "AMBIGUOUS_ITEM": "proxy.gate.reasons",
+    "Action": "proxy.gate.reasons",
     "CachedVerdict": "proxy.gate.caches",
-    "ENVELOPE": "proxy.gate.policy",
-    "FOREIGN_ITEM": "proxy.gate.policy",
-    "Finding": "proxy.gate.verdict",
+    "ENVELOPE": "proxy.gate.reasons",
+    "FOREIGN_ITEM": "proxy.gate.reasons",
+    "Failed": "proxy.gate.findings",
+    "Finding": "proxy.gate.findings",
     "GateCaches": "proxy.gate.caches",
-    "ITEM_REASONS": "proxy.gate.policy",
+    "ITEM_REASONS": "proxy.gate.reasons",
     "NOTHING_RECORDED": "proxy.gate.pairing",
-    "NOT_REWRITTEN": "proxy.gate.policy",
+    "NOT_REWRITTEN": "proxy.gate.reasons",
     "NothingRecorded": "proxy.gate.pairing",
-    "Outcome": "proxy.gate.policy",
+    "Outcome": "proxy.gate.reasons",
     "Pairing": "proxy.gate.pairing",
     "Policy": "proxy.gate.policy",
-    "REASONS": "proxy.gate.policy",
+    "REASONS": "proxy.gate.reasons",
+    "Reason": "proxy.gate.reasons",
     "Recorded": "proxy.gate.pairing",
     "TIMEOUTS": "proxy.gate.budget",
-    "UNKNOWN_REFERENCE": "proxy.gate.policy",
+    "UNKNOWN_REFERENCE": "proxy.gate.reasons",
     "Verdict": "proxy.gate.verdict",
     "VerdictKey": "proxy.gate.caches",
     "check_arguments": "proxy.gate.arguments",
     "compile_schemas": "proxy.gate.arguments",
-    "failure_output": "proxy.gate.failure",
-    "failure_record": "proxy.gate.failure",
+    "failure_output": "proxy.gate.records",
+    "failure_record": "proxy.gate.records",
     "inspect": "proxy.gate.verdict",
     "pending_schemas": "proxy.gate.arguments",
+    "read_finding": "proxy.gate.records",
     "rejection": "proxy.gate.verdict",
 }
 
@@ -74,12 +79,14 @@ __all__ = [
     "UNKNOWN_REFERENCE",
     "Action",
     "CachedVerdict",
+    "Failed",
     "Finding",
     "GateCaches",
     "NothingRecorded",
     "Outcome",
     "Pairing",
     "Policy",
+    "Reason",
     "Recorded",
     "Verdict",
     "VerdictKey",
@@ -89,6 +96,7 @@ __all__ = [
     "failure_record",
     "inspect",
     "pending_schemas",
+    "read_finding",
     "rejection",
 ]
 

@@ -10,10 +10,10 @@ from jsonschema.exceptions import SchemaError
 
 from proxy.gate import items, strictjson
 from proxy.gate.budget import TIMEOUTS, Allowance
-from proxy.gate.caches import CachedVerdict, GateCaches
-from proxy.gate.policy import (
-    Policy,
-)
+from proxy.gate.caches import PASSED, GateCaches
+from proxy.gate.findings import Failed
+from proxy.gate.policy import Policy
+from proxy.gate.reasons import Reason
 from proxy.gate.schemas import (
     MAX_VIOLATIONS,
     Compiled,
@@ -30,16 +30,17 @@ def check_arguments(
     schemas: list[Compiled | SchemaError],
     allowance: Allowance | None = None,
     max_violations: int | None = None,
-) -> CachedVerdict:
-    """`ok`, `arguments_parse`, `unknown_tool`, or ("arguments_schema", violations, the
-    top-level properties that passed, how many violations past `max_violations` were counted
-    and not listed)."""
+) -> Failed | None:
+    """None when the arguments are one strict JSON value that every schema of their tool
+    accepts; else `arguments_parse`, `unknown_tool`, or `arguments_schema` with its violations,
+    the top-level properties that passed, and how many violations past `max_violations` were
+    counted and not listed."""
     try:
         instance = strictjson.loads(arguments, exact=True)
     except strictjson.StrictJSONError:
-        return "arguments_parse"
+        return Failed(Reason.ARGUMENTS_PARSE)
     if not schemas:
-        return "unknown_tool"
+        return Failed(Reason.UNKNOWN_TOOL)
     found = Tally(max_violations)
     with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
         for schema in schemas:
@@ -54,8 +55,10 @@ def check_arguments(
     if allowance is not None and any(found.has_reason(r) for r in TIMEOUTS):
         allowance.run_out()
     if found:
-        return ("arguments_schema", found.listed, passed(instance, found.seen), found.omitted)
-    return "ok"
+        return Failed(
+            Reason.ARGUMENTS_SCHEMA, found.listed, passed(instance, found.seen), found.omitted
+        )
+    return None
 
 
 def schemas_key(schemas: Sequence[Compiled | SchemaError]) -> tuple[int, ...]:
@@ -71,16 +74,19 @@ def judged_arguments(
     caches: GateCaches,
     allowance: Allowance,
     max_violations: int = MAX_VIOLATIONS,
-) -> CachedVerdict:
+) -> Failed | None:
     """`check_arguments`, remembered in `caches` under (`key`, `max_violations`, arguments): a
     replay and the call a model emitted find each other's verdict."""
     cached = caches.verdicts.get((key, max_violations, arguments))
-    if cached is None:
-        cached = check_arguments(arguments, schemas, allowance, max_violations)
-        # A timeout says how busy this request was, not what the arguments are worth.
-        if not (isinstance(cached, tuple) and any(v.reason in TIMEOUTS for v in cached[1])):
-            caches.verdicts.put((key, max_violations, arguments), cached)
-    return cached
+    if cached is PASSED:
+        return None
+    if cached is not None:
+        return cached
+    failed = check_arguments(arguments, schemas, allowance, max_violations)
+    # A timeout says how busy this request was, not what the arguments are worth.
+    if failed is None or not any(v.reason in TIMEOUTS for v in failed.fail):
+        caches.verdicts.put((key, max_violations, arguments), PASSED if failed is None else failed)
+    return failed
 
 
 def passed(instance: Any, violations: Iterable[Violation]) -> tuple[str, ...]:

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from enum import Enum
+from typing import Literal
+
+from proxy.gate.findings import Failed
 from proxy.gate.policy import Policy
 from proxy.gate.portable import ItemSchemas, PortableCache, item_schemas
-from proxy.gate.schemas import LRU, SchemaCache, Violation
+from proxy.gate.schemas import LRU, SchemaCache
+
+
+class Judged(Enum):
+    """What the verdict cache holds for arguments that passed (a miss is None)."""
+
+    PASSED = "passed"
+
+
+PASSED = Judged.PASSED
 
 # The schemas' keys, the violations listed at most, the arguments.
 VerdictKey = tuple[tuple[int, ...], int, str]
-CachedVerdict = tuple[str, tuple[Violation, ...], tuple[str, ...], int] | str
+CachedVerdict = Failed | Literal[Judged.PASSED]
 
 
 class GateCaches:

@@ -19,9 +19,10 @@ from proxy.gate import items
 from proxy.gate.arguments import judged_arguments, schemas_key
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
+from proxy.gate.findings import Failed, Finding
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Reason
 from proxy.gate.schemas import MAX_VIOLATIONS, Compiled
-from proxy.gate.verdict import Finding
 
 OK = "ok"
 
@@ -29,7 +30,7 @@ OK = "ok"
 @dataclass(frozen=True, slots=True)
 class Emitted:
     """One function_call of a response's `output`: its place, its tool, and the verdict
-    (`ok` or the reason it fails); `finding` is set when it fails."""
+    (`ok` or the reason it fails, a metric's label); `finding` is set when it fails."""
 
     index: int
     name: str | None
@@ -117,40 +118,37 @@ def iter_emitted(
         named = call.get("name")
         name = named if isinstance(named, str) else None
         found = schemas.of(name)
-        verdict = _verdict(call.get("arguments"), found, schemas.caches, allowance, max_violations)
-        if verdict == OK:
+        failed = _judged(call.get("arguments"), found, schemas.caches, allowance, max_violations)
+        if failed is None:
             yield Emitted(index, name, OK, bool(found))
             continue
-        reason, fail, passed, omitted = (
-            verdict if isinstance(verdict, tuple) else (verdict, (), (), 0)
-        )
         call_id = call.get("call_id")
         finding = Finding(
             index,
-            reason,
+            failed.reason,
             "log",  # door 2 only watches: the answer went to the client as it came
             call_id if isinstance(call_id, str) else None,
             None,
             name,
-            fail,
+            failed.fail,
             call.get("arguments"),
-            passed=passed,
-            fail_omitted=omitted,
+            passed=failed.passed,
+            fail_omitted=failed.fail_omitted,
         )
-        yield Emitted(index, name, reason, bool(found), finding)
+        yield Emitted(index, name, failed.reason, bool(found), finding)
 
 
-def _verdict(
+def _judged(
     arguments: Any,
     schemas: list[Compiled | SchemaError],
     caches: GateCaches,
     allowance: Allowance,
     max_violations: int,
-) -> Any:
-    """`ok`, a reason, or (`arguments_schema`, violations, passed): the gate's verdict, shared
-    with it through the verdict cache (a replay of this call later finds it decided)."""
+) -> Failed | None:
+    """What the gate's checks of arguments find, or None: shared with it through the verdict
+    cache (a replay of this call later finds it decided)."""
     if not isinstance(arguments, str):
-        return "arguments_type"
+        return Failed(Reason.ARGUMENTS_TYPE)
     return judged_arguments(
         arguments, schemas, schemas_key(schemas), caches, allowance, max_violations
     )

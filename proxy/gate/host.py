@@ -17,8 +17,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.gate.failure import failure_record
 from proxy.gate.policy import Policy
+from proxy.gate.records import failure_record
 from proxy.gate.verdict import inspect
 
 

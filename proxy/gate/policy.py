@@ -1,60 +1,21 @@
-"""The gate's policy: its reasons, their actions, and the pinned tool schemas."""
+"""The gate's policy: the action for each reason, and the pinned tool schemas."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from jsonschema.exceptions import SchemaError
 
 from proxy.gate.pins import pin_schema
+from proxy.gate.reasons import ACTIONS, ALL_REASONS, NOT_REWRITTEN, Action
 from proxy.gate.schemas import (
     Compiled,
     SchemaLimits,
     check_terminates,
     compile_schema,
 )
-
-Action = Literal["block", "strip", "rewrite", "log"]
-
-Outcome = Literal["forward", "rewrite", "strip", "block"]
-
-ACTIONS: tuple[Action, ...] = ("block", "strip", "rewrite", "log")
-
-# Checked in this order; the first that applies wins.
-REASONS = (
-    "orphan",
-    "duplicate_call_id",
-    "provenance",
-    "namespaced",
-    "not_function_call",
-    "not_portable",
-    "status",
-    "arguments_type",
-    "arguments_parse",
-    "unknown_tool",
-    "arguments_schema",
-)
-
-# Item-level reasons: about one item of `input` itself, found beside any output's reason.
-ENVELOPE = "envelope"
-
-AMBIGUOUS_ITEM = "ambiguous_item"
-
-UNKNOWN_REFERENCE = "unknown_reference"
-
-# An item whose `type` carries another vendor's slug than the target upstream's `vendor`.
-FOREIGN_ITEM = "foreign_item"
-
-ITEM_REASONS = (ENVELOPE, AMBIGUOUS_ITEM, UNKNOWN_REFERENCE, FOREIGN_ITEM)
-
-ALL_REASONS = (*REASONS, *ITEM_REASONS)
-
-# Reasons whose output has no call to tell the model about (or whose item is not an output),
-# and `not_portable`, whose pair a rewritten output would not make portable (the call stays as
-# it was): `rewrite` cannot be their action. Under `action: rewrite` they are blocked.
-NOT_REWRITTEN = ("orphan", "duplicate_call_id", "not_portable", *ITEM_REASONS)
 
 
 class PolicyError(ValueError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,11 +15,13 @@ from proxy.gate.arguments import judged_arguments, schemas_key
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
-from proxy.gate.failure import failure_output
+from proxy.gate.findings import MESSAGES, Failed, Finding
 from proxy.gate.items import Item
-from proxy.gate.messages import detail_of, message
 from proxy.gate.pairing import NOTHING_RECORDED, Pairing, Recorded
-from proxy.gate.policy import (
+from proxy.gate.phrases import detail_of
+from proxy.gate.policy import Policy
+from proxy.gate.portable import QUICK_STEPS
+from proxy.gate.reasons import (
     AMBIGUOUS_ITEM,
     ENVELOPE,
     FOREIGN_ITEM,
@@ -27,22 +29,18 @@ from proxy.gate.policy import (
     UNKNOWN_REFERENCE,
     Action,
     Outcome,
-    Policy,
+    Reason,
 )
-from proxy.gate.portable import QUICK_STEPS
+from proxy.gate.records import failure_output
 from proxy.gate.schemas import (
     MAX_VIOLATIONS,
     Compiled,
-    Violation,
 )
 
-NOT_PORTABLE = "not_portable"
 # Findings listed per answer or record by default (`limits.max_findings`); the others counted.
 MAX_FINDINGS = 100
 # The fields the spec defines for a function_call_output: all a rewritten output keeps.
 OUTPUT_FIELDS = ("type", "id", "call_id", "output", "status")
-# A Chat Completions body's conversation: on a Responses path, an envelope of its own.
-MESSAGES = "messages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,112 +72,6 @@ class Bounds:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {value!r} is not a positive integer")
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """A reason the paired call fails with what failed: the violations (of the arguments'
-    schema, or of the spec's item schema), the properties that passed, the failing item."""
-
-    reason: str
-    fail: tuple[Violation, ...]
-    passed: tuple[str, ...] = ()
-    fail_omitted: int = 0
-    item_type: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One rejected replay: the output at `index` and why its paired item fails the gate; or,
-    with `index` None, what the body holds at its member `param` (a `messages` envelope)."""
-
-    index: int | None
-    reason: str
-    action: Action
-    call_id: str | None = None
-    paired_index: int | None = None
-    name: str | None = None
-    fail: tuple[Violation, ...] = ()
-    arguments: Any = None
-    # The `id` an unknown `item_reference` names.
-    reference: str | None = None
-    # The top-level properties of the arguments that passed their schema.
-    passed: tuple[str, ...] = ()
-    # The `type` of the item the finding is about, where the output's paired call does not say
-    # it: a foreign item's; for `not_portable`, which of the pair breaks the spec's schema.
-    item_type: str | None = None
-    # What the paired item shows of the reason, in words (`messages.detail_of`): "status is
-    # missing", the item's type.
-    detail: str | None = None
-    # Violations found beyond those `fail` lists (`Bounds.max_violations`), counted.
-    fail_omitted: int = 0
-    # Where the finding is when it is no item of input: the body's member (`messages`).
-    param: str | None = None
-
-    @property
-    def where(self) -> str:
-        """The finding's place in the body, as an error's `param` names it."""
-        return self.param if self.param is not None else f"input[{self.index}]"
-
-    def as_dict(self, *, include_arguments: bool = False) -> dict[str, Any]:
-        found: dict[str, Any] = {
-            "index": self.index,
-            "call_id": self.call_id,
-            "paired_index": self.paired_index,
-            "name": self.name,
-            "reason": self.reason,
-        }
-        if self.param is not None:
-            found["param"] = self.param
-        if self.reason == "arguments_schema":
-            found["pass"] = list(self.passed)
-            found["fail"] = [v.as_dict() for v in self.fail]
-        if self.reason == UNKNOWN_REFERENCE:
-            found["id"] = self.reference
-        if self.reason == NOT_PORTABLE:
-            found["type"] = self.item_type
-            found["fail"] = [v.as_dict() for v in self.fail]
-        if self.fail_omitted:
-            found["fail_omitted"] = self.fail_omitted
-        if self.reason == FOREIGN_ITEM:
-            found["type"] = self.item_type
-        if include_arguments:
-            found["arguments"] = self.arguments
-        found["message"] = message(self)  # the reason in one sentence, as `check` prints it
-        return found
-
-    def describe(self) -> str:
-        where = self.where
-        if self.call_id is not None:
-            where += f" (call_id {self.call_id})"
-        if self.reason == ENVELOPE and self.param == MESSAGES:
-            return f"{where}: a Chat Completions body on a Responses path: envelope"
-        if self.reason == ENVELOPE:
-            return f"{where}: a Chat Completions message inside input: envelope"
-        if self.reason == "orphan":
-            return f"{where}: no function_call with this call_id precedes it: orphan"
-        if self.reason == AMBIGUOUS_ITEM:
-            return f"{where}: an item without a type reads as more than one kind: {self.reason}"
-        if self.reason == UNKNOWN_REFERENCE:
-            named = f" {self.reference}" if self.reference is not None else ""
-            return f"{where}: item_reference{named} names no item the proxy relayed: {self.reason}"
-        if self.reason == FOREIGN_ITEM:
-            return (
-                f"{where}: {self.item_type} is another vendor's item, not portable to this "
-                f"upstream: {self.reason}"
-            )
-        subject = "paired function_call"
-        if self.reason == NOT_PORTABLE and self.item_type == items.FUNCTION_CALL_OUTPUT:
-            subject = "the function_call_output"
-        detail = self.reason
-        if self.fail:
-            detail += " at " + ", ".join(
-                f"{v.path or '/'} ({v.reason}{': ' + v.message if v.message else ''})"
-                for v in self.fail
-            )
-        if self.fail_omitted:
-            detail += f", and {self.fail_omitted} more"
-        return f"{where}: {subject} failed the replay gate: {detail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,47 +171,11 @@ class _Inspection:
         self.pairing = Pairing(input_items, recorded)
 
     def run(self) -> Verdict:
-        findings: list[Finding] = []
-        upstream_only: set[int] = set()
-        if isinstance(self.body.get(MESSAGES), list):
-            # A Chat Completions request sent to a Responses path: `check` reports it so too.
-            findings.append(
-                Finding(None, ENVELOPE, self.policy.action_for(ENVELOPE), param=MESSAGES)
-            )
-        for index, item in enumerate(self.input):
-            if items.is_envelope(item):
-                call_id = item.get("tool_call_id")
-                findings.append(
-                    Finding(
-                        index,
-                        ENVELOPE,
-                        self.policy.action_for(ENVELOPE),
-                        call_id if isinstance(call_id, str) else None,
-                    )
-                )
-            if index in self.pairing.ambiguous:
-                call_id = item.get("call_id")
-                key = call_id if isinstance(call_id, str) else None
-                findings.append(self.finding(index, key, AMBIGUOUS_ITEM))
-            elif index in self.pairing.unknown:
-                unknown = self.finding(index, None, UNKNOWN_REFERENCE)
-                findings.append(replace(unknown, reference=items.reference_id(item)))
-            foreign = self.foreign(index, item)
-            if foreign is not None:
-                findings.append(foreign)
-                if foreign.action == "strip" and self.answered_upstream(index):
-                    upstream_only.add(index)
-            # An output that also carries an envelope key is still gated: the envelope's action
-            # (say `log`) must not let its call past a stricter reason's action.
-            if self.pairing.kinds[index] == items.FUNCTION_CALL_OUTPUT:
-                finding = self.check_output(index, item)
-                if finding is not None:
-                    findings.append(finding)
-                    if finding.action == "strip" and self.pairing.pairs_upstream(finding.call_id):
-                        upstream_only.add(index)
+        findings = list(self.iter_findings())
         bounds = self.bounds
         if not findings:
             return Verdict("forward", bounds=bounds)
+        upstream_only = {f.index for f in findings if self.dangles(f)}
         if upstream_only:
             # Stripping an output whose call lives only upstream would leave a dangling call.
             findings = [
@@ -342,25 +198,67 @@ class _Inspection:
             return Verdict("rewrite", tuple(findings), changed, bounds)
         return Verdict("forward", tuple(findings), bounds=bounds)
 
-    def finding(
+    def iter_findings(self) -> Iterator[Finding]:
+        """Every finding of the body, in its order: the body's own, then each item's."""
+        if isinstance(self.body.get(MESSAGES), list):
+            # A Chat Completions request sent to a Responses path: `check` reports it so too.
+            yield Finding(None, ENVELOPE, self.policy.action_for(ENVELOPE), param=MESSAGES)
+        for index, item in enumerate(self.input):
+            if items.is_envelope(item):
+                yield self.finding(index, _string(item.get("tool_call_id")), ENVELOPE)
+            if index in self.pairing.ambiguous:
+                yield self.finding(index, _string(item.get("call_id")), AMBIGUOUS_ITEM)
+            elif index in self.pairing.unknown:
+                unknown = self.finding(index, None, UNKNOWN_REFERENCE)
+                yield replace(unknown, reference=items.reference_id(item))
+            foreign = self.foreign(index, item)
+            if foreign is not None:
+                yield foreign
+            # An output that also carries an envelope key is still gated: the envelope's action
+            # (say `log`) must not let its call past a stricter reason's action.
+            if self.pairing.kinds[index] == items.FUNCTION_CALL_OUTPUT:
+                finding = self.check_output(index, item)
+                if finding is not None:
+                    yield finding
+
+    def dangles(self, finding: Finding) -> bool:
+        """Whether stripping what `finding` strips would leave a call that lives upstream
+        without its output: a foreign item answered upstream, or an output of such a call."""
+        if finding.action != "strip" or finding.index is None:
+            return False
+        if finding.reason == FOREIGN_ITEM:
+            return self.answered_upstream(finding.index)
+        if finding.reason in ITEM_REASONS:
+            return False
+        return self.pairing.pairs_upstream(finding.call_id)
+
+    def finding(self, index: int, call_id: str | None, reason: Reason) -> Finding:
+        return Finding(index, reason, self.policy.action_for(reason), call_id)
+
+    def failed(
         self,
         index: int,
-        call_id: str | None,
-        reason: str,
-        paired_index: int | None = None,
-        name: Any = None,
-        fail: tuple[Violation, ...] = (),
-        arguments: Any = None,
+        call_id: str,
+        failed: Failed,
+        paired_index: int | None,
+        call: Item,
+        detail: str | None = None,
     ) -> Finding:
+        """The finding of the output at `index`, whose paired `call` failed."""
+        name = call.get("name")
         return Finding(
             index,
-            reason,
-            self.policy.action_for(reason),
+            failed.reason,
+            self.policy.action_for(failed.reason),
             call_id,
             paired_index,
             name if isinstance(name, str) else None,
-            fail,
-            arguments,
+            failed.fail,
+            call.get("arguments"),
+            passed=failed.passed,
+            item_type=failed.item_type,
+            detail=detail,
+            fail_omitted=failed.fail_omitted,
         )
 
     def foreign(self, index: int, item: Any) -> Finding | None:
@@ -373,8 +271,7 @@ class _Inspection:
         slug = items.vendor_of(item_type)
         if slug is None or slug == vendor:
             return None
-        call_id = item.get("call_id")
-        found = self.finding(index, call_id if isinstance(call_id, str) else None, FOREIGN_ITEM)
+        found = self.finding(index, _string(item.get("call_id")), FOREIGN_ITEM)
         return replace(found, item_type=item_type)
 
     def answers(self, index: int) -> list[int]:
@@ -393,10 +290,12 @@ class _Inspection:
     def check_output(self, index: int, output: Item) -> Finding | None:
         call_id = items.output_call_id(output)
         if call_id is None:
-            return self.finding(index, call_id, "orphan")
+            return self.finding(index, call_id, Reason.ORPHAN)
         inline, by_reference, upstream = self.pairing.paired(index, call_id)
         if not inline + by_reference + len(upstream):
-            return None if self.recorded.trust_unpaired else self.finding(index, call_id, "orphan")
+            if self.recorded.trust_unpaired:
+                return None
+            return self.finding(index, call_id, Reason.ORPHAN)
         paired_index: int | None
         if inline:
             paired_index = self.pairing.candidates[call_id][0]
@@ -406,35 +305,22 @@ class _Inspection:
             call = self.pairing.resolved[paired_index]
         else:
             paired_index, call = None, upstream[0]
-        name = call.get("name")
-        arguments = call.get("arguments")
         if (
             self.pairing.distinct(call_id, inline, by_reference, upstream) > 1
             or len(self.pairing.outputs.get(call_id, ())) > 1
         ):
-            return self.finding(
-                index, call_id, "duplicate_call_id", paired_index, name, arguments=arguments
-            )
-        reason = self.check_call(call, output, recorded=not inline)
-        if reason is None:
+            return self.failed(index, call_id, Failed(Reason.DUPLICATE_CALL_ID), paired_index, call)
+        failed = self.check_call(call, output, recorded=not inline)
+        if failed is None:
             return None
-        if isinstance(reason, Failed):
-            failed = self.finding(
-                index, call_id, reason.reason, paired_index, name, reason.fail, arguments
-            )
-            return replace(
-                failed,
-                passed=reason.passed,
-                item_type=reason.item_type,
-                fail_omitted=reason.fail_omitted,
-            )
-        found = self.finding(index, call_id, reason, paired_index, name, arguments=arguments)
-        emitted = self.recorded.emitted_statuses(call) if reason == "status" else ()
-        return replace(found, detail=detail_of(reason, call, emitted))
+        reason = failed.reason
+        emitted = self.recorded.emitted_statuses(call) if reason == Reason.STATUS else ()
+        detail = detail_of(reason, call, emitted)
+        return self.failed(index, call_id, failed, paired_index, call, detail)
 
-    def check_call(self, call: Item, output: Item, *, recorded: bool) -> str | Failed | None:
-        """The first reason the paired item (or, for `not_portable`, its output) fails, with
-        what failed where there is more to say than the reason, or None when it passes.
+    def check_call(self, call: Item, output: Item, *, recorded: bool) -> Failed | None:
+        """What the paired item (or, for `not_portable`, its output) fails first, or None when
+        it passes.
 
         A `recorded` call (read from the ledger, not sent inline) whose tool neither the config
         pins nor the request offers is judged by the schema of its own tool, recorded with it.
@@ -447,43 +333,39 @@ class _Inspection:
         if self.policy.require_provenance and not (
             emitted and (status is None or status in emitted)
         ):
-            return "provenance"
+            return Failed(Reason.PROVENANCE)
         # The paired item must say it is a function_call: a typeless one pairs, and fails here.
         item_type = call.get("type")
         if items.is_namespaced(item_type):
-            return "namespaced"
+            return Failed(Reason.NAMESPACED)
         if item_type != items.FUNCTION_CALL:
-            return "not_function_call"
+            return Failed(Reason.NOT_FUNCTION_CALL)
         unportable = self.caches.item_schemas.check_pair(
             call, output, self.caches.portable, self.allowance, self.steps
         )
         if unportable is not None:
             item_type, fail = unportable
             cap = self.bounds.max_violations
-            return Failed(
-                NOT_PORTABLE, fail[:cap], fail_omitted=max(len(fail) - cap, 0), item_type=item_type
-            )
+            omitted = max(len(fail) - cap, 0)
+            return Failed(Reason.NOT_PORTABLE, fail[:cap], (), omitted, item_type)
         if status is None and emitted:
             # A call replayed without its status is judged by the status the proxy relayed it
             # with; when it was relayed with several, by none of them.
             if any(s != emitted[0] for s in emitted):
-                return "status"
+                return Failed(Reason.STATUS)
             status = emitted[0]
         if status != "completed" and not (status is None and self.policy.allow_missing_status):
-            return "status"
+            return Failed(Reason.STATUS)
         arguments = call.get("arguments")
         if not isinstance(arguments, str):
-            return "arguments_type"
+            return Failed(Reason.ARGUMENTS_TYPE)
         name = call.get("name")
         schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
         if not schemas and recorded:
             schemas, key = self.recorded_schemas(call.get(items.RECORDED_SCHEMAS))
-        cached = judged_arguments(
+        return judged_arguments(
             arguments, schemas, key, self.caches, self.allowance, self.bounds.max_violations
         )
-        if cached == "ok":
-            return None
-        return Failed(*cached) if isinstance(cached, tuple) else cached
 
     def schemas_for(self, name: str) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
         """The pinned schema, else every `tools[].parameters` of that name in the request; and
@@ -614,3 +496,7 @@ def rejection(verdict: Verdict, **extra: Any) -> dict[str, Any]:
         **counted,
         **extra,
     )
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

@@ -11,11 +11,13 @@ from typing import Any
 
 from proxy.gate import items
 from proxy.gate.caches import GateCaches
-from proxy.gate.messages import CHAT_BODY, message
+from proxy.gate.findings import Finding, message
 from proxy.gate.pairing import NOTHING_RECORDED, Recorded
-from proxy.gate.policy import Outcome, Policy
-from proxy.gate.schemas import Violation
-from proxy.gate.verdict import Finding, inspect
+from proxy.gate.phrases import CHAT_BODY
+from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome, Reason
+from proxy.gate.records import read_finding
+from proxy.gate.verdict import inspect
 from proxy.running.documents import Document, Unreadable
 
 # Exit codes, as `check --help` and the README say them.
@@ -121,7 +123,9 @@ class Checker:
             if f.reason == "envelope"
         ]
         if not reported:
-            whole = Finding(None, "envelope", self.policy.action_for("envelope"), param="messages")
+            whole = Finding(
+                None, Reason.ENVELOPE, self.policy.action_for(Reason.ENVELOPE), param="messages"
+            )
             reported.append(Reported(_via(document, whole.where), whole, message(whole)))
         calls = []
         for i, item in enumerate(messages):
@@ -176,7 +180,7 @@ class Checker:
         reported: list[Reported] = []
         notes: list[str] = []
         for recorded in record["findings"]:
-            finding = _recorded_finding(recorded, self.policy)
+            finding = read_finding(recorded, self.policy.action_for)
             if finding is None:
                 notes.append(f"a finding that is not one the proxy writes: {_shown(recorded)}")
                 continue
@@ -253,53 +257,6 @@ def _chat_call(tool_call: Any) -> dict[str, Any] | None:
         "name": function.get("name"),
         "arguments": function.get("arguments"),
     }
-
-
-def _recorded_finding(recorded: Any, policy: Policy) -> Finding | None:
-    """A finding as an audit record keeps it, with the action the config gives its reason."""
-    if not isinstance(recorded, dict):
-        return None
-    index, reason = recorded.get("index"), recorded.get("reason")
-    param = recorded.get("param")
-    # A finding about the body itself (`messages`) has no index, and says where in `param`.
-    placed = isinstance(index, int) or (index is None and isinstance(param, str))
-    if not placed or isinstance(index, bool) or not isinstance(reason, str):
-        return None
-    call_id, name = recorded.get("call_id"), recorded.get("name")
-    paired = recorded.get("paired_index")
-    fail = recorded.get("fail")
-    violations = tuple(
-        Violation(
-            v["path"],
-            v["reason"],
-            v.get("message") if isinstance(v.get("message"), str) else None,
-            (v["expected"],) if "expected" in v else (),
-        )
-        for v in (fail if isinstance(fail, list) else [])
-        if isinstance(v, dict)
-        and isinstance(v.get("path"), str)
-        and isinstance(v.get("reason"), str)
-    )
-    passed = recorded.get("pass")
-    reference = recorded.get("id")
-    omitted = recorded.get("fail_omitted")
-    found = Finding(
-        index,
-        reason,
-        policy.action_for(reason),
-        call_id if isinstance(call_id, str) else None,
-        paired if isinstance(paired, int) and not isinstance(paired, bool) else None,
-        name if isinstance(name, str) else None,
-        violations,
-        recorded.get("arguments"),
-        reference if isinstance(reference, str) else None,
-        tuple(p for p in passed if isinstance(p, str)) if isinstance(passed, list) else (),
-    )
-    return replace(
-        found,
-        fail_omitted=omitted if isinstance(omitted, int) and not isinstance(omitted, bool) else 0,
-        param=param if isinstance(param, str) else None,
-    )
 
 
 def _shown(value: Any) -> str:

@@ -13,7 +13,8 @@ import jsonschema
 import yaml
 
 from proxy.config import Config, Route
-from proxy.gate.policy import ACTIONS, ALL_REASONS, Policy, PolicyError
+from proxy.gate.policy import Policy, PolicyError
+from proxy.gate.reasons import ACTIONS, ALL_REASONS
 from proxy.settings import (
     LOG_FORMATS,
     READINESS_LEDGER,
@@ -636,7 +637,7 @@ def _explain(error: jsonschema.ValidationError) -> str:
             "`.`, at most 64)"
         )
     if "propertyNames" in error.relative_schema_path:
-        reasons = list(ALL_REASONS)
+        reasons: list[str] = list(ALL_REASONS)
         return f"{where}.{error.instance}: unknown reason{_did_you_mean(error.instance, reasons)}"
     suggestion = ""
     allowed = error.validator_value

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from proxy.gate.verdict import MAX_FINDINGS, Finding, Verdict, listed
+from proxy.gate.findings import Finding
+from proxy.gate.verdict import MAX_FINDINGS, Verdict, listed
 
 _OUTCOME_ACTION = {"block": "block", "strip": "strip", "rewrite": "rewrite", "forward": "log"}
 

@@ -10,12 +10,13 @@ import pytest
 
 from proxy.gate import schemas
 from proxy.gate.arguments import check_arguments
-from proxy.gate.failure import failure_record
-from proxy.gate.policy import Action, Policy
+from proxy.gate.findings import Finding
+from proxy.gate.policy import Policy
+from proxy.gate.reasons import Action, Reason
+from proxy.gate.records import failure_record
 from proxy.gate.schemas import SchemaCache, Tally, Violation
 from proxy.gate.verdict import (
     Bounds,
-    Finding,
     Verdict,
     inspect,
     listed,
@@ -87,8 +88,8 @@ def test_violations_past_the_cap_are_counted_not_rendered(monkeypatch: pytest.Mo
 
     found = check_arguments(arguments, [compiled], max_violations=20)
 
-    assert isinstance(found, tuple)
-    reason, fail, passed, omitted = found
+    assert found is not None
+    reason, fail, passed, omitted = found.reason, found.fail, found.passed, found.fail_omitted
     assert (reason, len(fail), omitted) == ("arguments_schema", 20, 5980)
     assert [v.path for v in fail] == [f"/values/{n}" for n in range(20)]
     assert all(v.expected == (WIDE_ENUM,) for v in fail)
@@ -135,7 +136,7 @@ def test_not_portable_violations_are_capped() -> None:
 
 
 def failing(index: int, action: Action) -> Finding:
-    return Finding(index, "arguments_schema", action, f"c{index}")
+    return Finding(index, Reason.ARGUMENTS_SCHEMA, action, f"c{index}")
 
 
 LISTINGS = [

@@ -156,7 +156,7 @@ def test_the_verdict_is_the_one_its_replay_gets(
     replay = {"tools": tools, "input": [item | {"status": "completed"}, output("call_1")]}
     verdict = inspect(replay, policy, caches=caches)
 
-    reasons = [f.reason for f in verdict.findings] or ["ok"]
+    reasons: list[str] = [f.reason for f in verdict.findings] or ["ok"]
     assert reasons == [found.verdict]
     if found.finding is not None:
         assert verdict.findings[0].fail == found.finding.fail

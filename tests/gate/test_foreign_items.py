@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.gate import items
-from proxy.gate.messages import message as sentence
+from proxy.gate.findings import message as sentence
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect, rejection
 from tests.builders import WEB_SEARCH, call, message, output, request

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from proxy.gate import items
 from proxy.gate.caches import GateCaches
 from proxy.gate.items import Item
-from proxy.gate.policy import ACTIONS, ALL_REASONS, NOT_REWRITTEN, Policy
+from proxy.gate.policy import Policy
+from proxy.gate.reasons import ACTIONS, ALL_REASONS, NOT_REWRITTEN
 from proxy.gate.verdict import Verdict, inspect
 
 SETTINGS = settings(

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from proxy.gate.failure import failure_record
-from proxy.gate.messages import message
-from proxy.gate.policy import ALL_REASONS, Policy
-from proxy.gate.verdict import Finding, inspect
+from proxy.gate.findings import Finding, message
+from proxy.gate.policy import Policy
+from proxy.gate.reasons import ALL_REASONS, Reason
+from proxy.gate.records import failure_record
+from proxy.gate.verdict import inspect
 from tests.builders import GLOBAL, WEB_SEARCH, call, output, ref, request, without
 from tests.builders import message as user
 from tests.gate.ledger_double import Ledger
@@ -19,7 +20,7 @@ SILENT = "the call failed the replay gate"
 
 
 @pytest.mark.parametrize("reason", ALL_REASONS)
-def test_every_reason_has_a_message(reason: str) -> None:
+def test_every_reason_has_a_message(reason: Reason) -> None:
     said = message(Finding(1, reason, "block", "call_1", 0, "get_latest_sales_report"))
     assert not said.startswith(SILENT), f"{reason} has no message of its own"
 

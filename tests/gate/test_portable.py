@@ -8,9 +8,9 @@ import pytest
 
 from proxy.gate import items, portable
 from proxy.gate.caches import GateCaches
-from proxy.gate.failure import failure_record
 from proxy.gate.host import check_call
 from proxy.gate.policy import Policy
+from proxy.gate.records import failure_record
 from proxy.gate.verdict import inspect, rejection
 from tests.builders import (
     APAC,

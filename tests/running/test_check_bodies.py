@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.gate.messages import CHAT_BODY
+from proxy.gate.phrases import CHAT_BODY
 from proxy.gate.policy import Policy
 from proxy.running.check import Checker
 from proxy.running.documents import Document, Kind

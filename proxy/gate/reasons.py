@@ -1,0 +1,59 @@
+"""The gate's words: why an item fails (`Reason`), and what a finding does (`Action`, `Outcome`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+
+class Reason(StrEnum):
+    """Why an item fails the gate. A member is its own string: audit records, metric labels,
+    the config's `gate.actions` keys and `check` all write and compare the value."""
+
+    # An output's reasons, checked in this order; the first that applies wins.
+    ORPHAN = "orphan"
+    DUPLICATE_CALL_ID = "duplicate_call_id"
+    PROVENANCE = "provenance"
+    NAMESPACED = "namespaced"
+    NOT_FUNCTION_CALL = "not_function_call"
+    NOT_PORTABLE = "not_portable"
+    STATUS = "status"
+    ARGUMENTS_TYPE = "arguments_type"
+    ARGUMENTS_PARSE = "arguments_parse"
+    UNKNOWN_TOOL = "unknown_tool"
+    ARGUMENTS_SCHEMA = "arguments_schema"
+    # Item-level reasons: about one item of `input` itself, found beside any output's reason.
+    ENVELOPE = "envelope"
+    AMBIGUOUS_ITEM = "ambiguous_item"
+    UNKNOWN_REFERENCE = "unknown_reference"
+    # An item whose `type` carries another vendor's slug than the target upstream's `vendor`.
+    FOREIGN_ITEM = "foreign_item"
+
+
+Action = Literal["block", "strip", "rewrite", "log"]
+
+Outcome = Literal["forward", "rewrite", "strip", "block"]
+
+ACTIONS: tuple[Action, ...] = ("block", "strip", "rewrite", "log")
+
+ENVELOPE = Reason.ENVELOPE
+AMBIGUOUS_ITEM = Reason.AMBIGUOUS_ITEM
+UNKNOWN_REFERENCE = Reason.UNKNOWN_REFERENCE
+FOREIGN_ITEM = Reason.FOREIGN_ITEM
+
+ITEM_REASONS = (ENVELOPE, AMBIGUOUS_ITEM, UNKNOWN_REFERENCE, FOREIGN_ITEM)
+
+# Checked in this order; the first that applies wins.
+REASONS = tuple(r for r in Reason if r not in ITEM_REASONS)
+
+ALL_REASONS = (*REASONS, *ITEM_REASONS)
+
+# Reasons whose output has no call to tell the model about (or whose item is not an output),
+# and `not_portable`, whose pair a rewritten output would not make portable (the call stays as
+# it was): `rewrite` cannot be their action. Under `action: rewrite` they are blocked.
+NOT_REWRITTEN = (
+    Reason.ORPHAN,
+    Reason.DUPLICATE_CALL_ID,
+    Reason.NOT_PORTABLE,
+    *ITEM_REASONS,
+)
