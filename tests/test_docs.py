@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import unicodedata
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,3 +113,13 @@ def test_the_link_checker_can_fail() -> None:
     assert _slug("`replay-proxy check`") == "replay-proxy-check"
     assert "keys-and-clients" in anchors(ROOT / "docs" / "operations.md")
     assert "admin-endpoints" in anchors(ROOT / "docs" / "operations.md")
+
+
+def test_the_picture_of_where_it_sits_is_drawn_and_shown() -> None:
+    """README shows docs/where-it-sits.svg, a hand-written SVG (its own source) that parses and
+    names each part: the clients, the proxy, the providers, the ledger and the audit log."""
+    svg = ROOT / "docs" / "where-it-sits.svg"
+    assert "docs/where-it-sits.svg" in set(iter_links(ROOT / "README.md"))
+    root = ET.parse(svg).getroot()
+    texts = {el.text for el in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"clients", "replay-proxy", "providers", "the ledger", "the audit log"} <= texts
