@@ -240,7 +240,7 @@ class LedgerSettings:
     fail_open: bool = False
     # Keep each relayed response's input and output items whole (not only what the gate needs),
     # so that a route with `materialize: true` can inline a conversation's history for another
-    # upstream. It costs what the items weigh: see README ("Switching providers").
+    # upstream. It costs what the items weigh: see docs/routes.md ("Switching providers").
     whole_items: bool = False
 
     @property

@@ -20,7 +20,7 @@ from proxy.gate.records import read_finding
 from proxy.gate.verdict import inspect
 from proxy.running.documents import Document, Unreadable
 
-# Exit codes, as `check --help` and the README say them.
+# Exit codes, as `check --help` and docs/check.md say them.
 CLEAN, FINDINGS, UNREADABLE = 0, 1, 2
 
 _STRICTER: dict[Outcome, int] = {"forward": 0, "rewrite": 1, "strip": 2, "block": 3}

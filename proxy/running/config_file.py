@@ -565,6 +565,21 @@ def iter_defaults() -> Iterator[str]:
     yield from _iter_section(CONFIG_SCHEMA, (), "")
 
 
+def iter_keys() -> Iterator[tuple[str, Any]]:
+    """Every key of the config (a section's keys, not the section), dotted, with its default
+    (None: not set)."""
+    yield from _iter_keys(CONFIG_SCHEMA, ())
+
+
+def _iter_keys(schema: Mapping[str, Any], path: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    for name, inner in schema["properties"].items():
+        here = (*path, name)
+        if "properties" in inner:
+            yield from _iter_keys(inner, here)
+        else:
+            yield ".".join(here), _default_of(here)
+
+
 def _iter_section(schema: Mapping[str, Any], path: tuple[str, ...], indent: str) -> Iterator[str]:
     for name, inner in schema["properties"].items():
         here = (*path, name)

@@ -144,7 +144,8 @@ async def serve_admin(
 
 
 # After the grace, a cancelled handler has this long to end, and the runner this long (twice)
-# to close each connection: a stop takes at most `shutdown_grace_s` + 2 s (README, "Stopping").
+# to close each connection: a stop takes at most `shutdown_grace_s` + 2 s
+# (docs/configuration.md, "Stopping").
 _CANCEL_S = 1.0
 _CLOSE_S = 0.5
 

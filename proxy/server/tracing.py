@@ -120,5 +120,5 @@ class Tracing:
 
 
 TRACING = web.AppKey("tracing", Tracing)
-# How long a stop waits for the last spans to be exported (README, "Stopping").
+# How long a stop waits for the last spans to be exported (docs/configuration.md, "Stopping").
 CLOSE_S = 1.0

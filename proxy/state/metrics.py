@@ -10,6 +10,7 @@ import re
 from collections.abc import Container, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import NamedTuple
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -41,6 +42,46 @@ UNPINNED_TOOL = "(unpinned)"
 NO_TOOL = "-"
 # A worker's gauge file, `gauge_<mode>_<pid>.db`, in the multiprocess directory.
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
+
+
+class Family(NamedTuple):
+    """A metric family as a scrape names it (a counter with `_total`), for the reference page."""
+
+    name: str
+    type: str
+    labels: tuple[str, ...]
+    help: str
+
+
+# The families prometheus-client's own collectors add to every scrape, with what they mean for
+# the proxy (their help is prometheus-client's). `--workers N` makes them the service's.
+COLLECTED = (
+    Family("process_cpu_seconds_total", "counter", (), "User and system CPU time, in seconds."),
+    Family("process_resident_memory_bytes", "gauge", (), "Resident memory."),
+    Family("process_virtual_memory_bytes", "gauge", (), "Virtual memory."),
+    Family("process_open_fds", "gauge", (), "Open file descriptors."),
+    Family("process_max_fds", "gauge", (), "The limit on open file descriptors."),
+    Family("process_start_time_seconds", "gauge", (), "When the process started, since the epoch."),
+    Family(
+        "python_info",
+        "gauge",
+        ("implementation", "major", "minor", "patchlevel", "version"),
+        "Always 1: the Python that runs the proxy.",
+    ),
+    Family(
+        "python_gc_objects_collected_total",
+        "counter",
+        ("generation",),
+        "Objects collected by the garbage collector.",
+    ),
+    Family(
+        "python_gc_objects_uncollectable_total",
+        "counter",
+        ("generation",),
+        "Uncollectable objects the garbage collector found.",
+    ),
+    Family("python_gc_collections_total", "counter", ("generation",), "Garbage collections."),
+)
 
 
 def bucket_bounds(finest: float, longest: float) -> tuple[float, ...]:
@@ -83,36 +124,48 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "replay_proxy_requests",
-            "Requests handled, by route, outcome and upstream (`-`: none was chosen).",
+            "Requests handled (`upstream`: the name of the upstream its route chose, `-` for a "
+            "request answered before a route was chosen). `route`: `responses`, "
+            "`responses_compact`, `websocket` (a gated frame), `passthrough`, `any` (refused "
+            "before a route was chosen); `outcome`: `forward`, `strip`, `rewrite`, `block`, "
+            "`invalid`, `ledger_unavailable` (answered 503: the ledger could not be read), "
+            "`upstream_error`, `not_found`, `unauthorized`, `invalid_target`.",
             ["route", "outcome", "upstream"],
             registry=self.registry,
         )
         self.findings = Counter(
             "replay_proxy_findings",
-            "Replay gate findings, by reason, action and tool (a pinned tool's name, "
-            f"{UNPINNED_TOOL} for any other, {NO_TOOL} for a finding about no call).",
+            "Replay gate findings, by reason (the replay gate's, docs/gate.md) and the action "
+            "taken; `tool` is the call's tool when the config pins its schema (`tools:`, a "
+            "route's `gate.tools`: a set the operator bounds), "
+            f"`{UNPINNED_TOOL}` for any other name (a request's own `tools` are the client's to "
+            f"name), `{NO_TOOL}` for a finding about no call (an orphan output, an envelope, an "
+            "item-level reason).",
             ["reason", "action", "tool"],
             registry=self.registry,
         )
         self.gate_seconds = Histogram(
             "replay_proxy_gate_seconds",
-            "Time from a gated body's arrival to the gate's verdict (decoding, parsing, "
-            "ledger reads, schema compiles, checks).",
+            "Time from a gated body's arrival (whole: the client's upload is not counted) to "
+            "the gate's verdict: decoding, parsing, ledger reads, schema compiles, checks. "
+            "Bounds 50 µs … `limits.body_timeout_s`.",
             buckets=bucket_bounds(_GATE_FINEST_S, body_timeout_s),
             registry=self.registry,
         )
         self.upstream_seconds = Histogram(
             "replay_proxy_upstream_seconds",
             "Time from sending a request upstream to the head of its answer (or its failure), "
-            "by upstream and route.",
+            "by upstream and route; a streamed body's duration is not in it. Bounds 1 ms … "
+            "`upstream.connect_timeout_s` + `upstream.read_timeout_s`.",
             ["upstream", "route"],
             buckets=bucket_bounds(_UPSTREAM_FINEST_S, upstream_timeout_s),
             registry=self.registry,
         )
         self.upstream_answers = Counter(
             "replay_proxy_upstream_answers",
-            "Upstream answers by upstream, route and status: the HTTP status (101: a WebSocket "
-            "upgrade), or unreachable, timeout, bad_response when none was had.",
+            "Requests sent upstream, by how the answer began: its HTTP status (`101` for a "
+            "WebSocket upgrade), or `unreachable`, `timeout`, `bad_response` when none was had. "
+            "`upstream` is `default` for the one upstream of `upstream:`.",
             ["upstream", "route", "status"],
             registry=self.registry,
         )
@@ -122,14 +175,16 @@ class Metrics:
         self._counted: dict[tuple[str, str, str], Counter] = {}
         self.open_streams = Gauge(
             "replay_proxy_open_streams",
-            "Answers being relayed from the upstream right now.",
+            "Answers (and WebSockets) being relayed from the upstream now.",
             multiprocess_mode="livesum",
             registry=self.registry,
         )
 
         self.ledger_faults = Counter(
             "replay_proxy_ledger_faults",
-            "Ledger reads and writes that failed or timed out, by operation.",
+            "Ledger operations that failed or timed out: `read` (the request was answered 503 "
+            "`ledger_unavailable`, unless `ledger.fail_open`), `write` (the response was not "
+            "recorded), `size` (the scrape's reading of a Redis ledger).",
             ["operation"],
             registry=self.registry,
         )
@@ -142,7 +197,8 @@ class Metrics:
         # ledger is one store: the newest reading of it is what it holds.
         self.ledger_responses = Gauge(
             "replay_proxy_ledger_responses",
-            "Responses the ledger holds now (every worker's memory ledger, or the Redis one).",
+            "Responses the ledger holds now: every worker's memory ledger added up, or what "
+            "the shared Redis ledger holds (the same on every proxy that uses it).",
             multiprocess_mode="livemostrecent" if shared_ledger else "livesum",
             registry=self.registry,
         )
@@ -155,25 +211,28 @@ class Metrics:
         )
         self.reloads = Counter(
             "replay_proxy_config_reloads",
-            "Config reloads (SIGHUP), by result: applied or rejected.",
+            "Config reloads (SIGHUP), by `result`: `applied` or `rejected`.",
             ["result"],
             registry=self.registry,
         )
         self.audit_write_failures = Counter(
             "replay_proxy_audit_write_failures",
-            "Audit records that could not be written (their requests were answered 500, and not "
-            "forwarded).",
+            "Audit records that could not be written; each such request was answered 500 and "
+            "not forwarded.",
             registry=self.registry,
         )
         self.emitted_calls = Counter(
             "replay_proxy_emitted_calls",
-            "Function calls upstreams emitted on the gated routes, by tool and verdict.",
+            "Function calls the upstream emitted on the gated routes, checked after the answer "
+            "was relayed (door 2): `verdict` is `ok` or the reason it fails; `tool` is "
+            "`(unknown)` with no schema known, `(other)` past 256 names.",
             ["tool", "verdict"],
             registry=self.registry,
         )
         self.workers_missing = Gauge(
             "replay_proxy_workers_missing",
-            "Worker slots of serve --workers N without a serving worker (0 with one process).",
+            "The slots of `serve --workers N` without a serving worker, as the supervisor last "
+            "saw them; 0 with one process.",
             registry=self.registry,
             multiprocess_mode="mostrecent",  # every worker reads the same supervisor's view
         )
@@ -236,6 +295,18 @@ class Metrics:
         scrape = CollectorRegistry(auto_describe=False)
         scrape.register(_WithoutCreated(sources))
         return generate_latest(scrape)
+
+
+def iter_families() -> Iterator[Family]:
+    """Every family a scrape shows: the proxy's own, in the order they are made, then those of
+    prometheus-client's collectors (docs/metrics.md is generated from these)."""
+    for collector in Metrics().registry._collector_to_names:  # no public listing of them
+        if isinstance(collector, Counter | Gauge | Histogram):
+            kind = collector._type
+            name = collector._name + ("_total" if kind == "counter" else "")
+            labels = tuple(collector._labelnames)
+            yield Family(name, kind, labels, collector._documentation)
+    yield from COLLECTED
 
 
 def package_version() -> str:

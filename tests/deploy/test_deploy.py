@@ -27,7 +27,8 @@ from tests.servers.recording import RecordingUpstream
 from tests.servers.redis_server import RedisServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-# What a stop may take beyond listen.shutdown_grace_s (README, "Stopping"), and a traces flush.
+# What a stop may take beyond listen.shutdown_grace_s (docs/configuration.md, "Stopping"), and a
+# traces flush.
 STOP_MARGIN_S = 3
 
 

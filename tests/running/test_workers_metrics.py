@@ -15,7 +15,7 @@ from proxy.running.workers import free_port
 from tests.builders import clean_body
 from tests.running.test_serve import redis_config, start
 from tests.server.checks import metric
-from tests.server.test_metrics_readme import readme_metrics, scraped_metrics
+from tests.server.test_metrics_page import page_metrics, scraped_metrics
 from tests.servers.recording import RecordingUpstream
 from tests.servers.redis_server import RedisServer
 
@@ -99,9 +99,9 @@ async def test_every_scrape_of_either_worker_reads_the_whole_service(
         # worker is scraped (each wrote its own when it started).
         first = min(started_at(pid) for pid in sent)
         assert {metric(t, "process_start_time_seconds") for t in texts} == {first}
-        # Every family README lists, and no other, with its type (those with no sample yet,
+        # Every family docs/metrics.md lists, and no other, with its type (those with no sample yet,
         # a label set never used, have no file to be read from).
-        table = {name: kind for name, (kind, _) in readme_metrics().items()}
+        table = {name: kind for name, (kind, _) in page_metrics().items()}
         for text in texts:
             shown = {name: kind for name, (kind, _) in scraped_metrics(text).items()}
             assert shown.items() <= table.items()
