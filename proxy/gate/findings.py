@@ -129,11 +129,21 @@ class _Words:
 
 
 def _orphan(f: Finding) -> str:
-    named = f"call_id {f.call_id}" if f.call_id is not None else "no string call_id"
+    if f.call_id is None:
+        return (
+            "this output has no call_id (or one that is not a string): it answers no call, so "
+            "no call can be found for it"
+        )
     return (
-        f"no function_call with {named} precedes this output: not inline, not behind an "
-        "item_reference, not in the previous_response_id chain the proxy recorded"
+        f"no function_call with call_id {f.call_id} precedes this output: not inline, not "
+        "behind an item_reference, not in the previous_response_id chain the proxy recorded"
     )
+
+
+def _orphan_headline(f: Finding) -> str:
+    if f.call_id is None:
+        return "the output has no string call_id"
+    return "no function_call with this call_id precedes it"
 
 
 def _duplicate(f: Finding) -> str:
@@ -242,7 +252,7 @@ def _not_portable(f: Finding) -> str:
 
 # Every reason, said (a test checks that none is missing).
 _WORDS: dict[Reason, _Words] = {
-    Reason.ORPHAN: _Words(_orphan, lambda f: "no function_call with this call_id precedes it"),
+    Reason.ORPHAN: _Words(_orphan, _orphan_headline),
     Reason.DUPLICATE_CALL_ID: _Words(_duplicate),
     Reason.PROVENANCE: _Words(_provenance),
     Reason.NAMESPACED: _Words(_namespaced),
