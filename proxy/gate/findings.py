@@ -232,6 +232,11 @@ def _provenance(f: Finding) -> str:
 
 
 def _foreign_item(f: Finding) -> str:
+    if f.item_type and ":" not in f.item_type:
+        return (
+            f"{f.item_type} is not a kind of item the upstream's vendor speaks: it would be "
+            "refused or misread there"
+        )
     shown = f" ({f.item_type})" if f.item_type else ""
     return (
         f"the item's type carries another vendor's slug than the upstream's{shown}: it is not "
@@ -248,6 +253,12 @@ def _not_portable(f: Finding) -> str:
         f"the {item} breaks the spec's item schema (a server may refuse it): "
         f"{violations(f.fail, f.fail_omitted)}"
     )
+
+
+def _foreign_headline(f: Finding) -> str:
+    if f.item_type and ":" not in f.item_type:
+        return f"{f.item_type} is not a kind of item this upstream speaks"
+    return f"{f.item_type} is another vendor's item, not portable to this upstream"
 
 
 # Every reason, said (a test checks that none is missing).
@@ -270,6 +281,6 @@ _WORDS: dict[Reason, _Words] = {
     Reason.UNKNOWN_REFERENCE: _Words(_unknown_reference, _unknown_reference),
     Reason.FOREIGN_ITEM: _Words(
         _foreign_item,
-        lambda f: f"{f.item_type} is another vendor's item, not portable to this upstream",
+        _foreign_headline,
     ),
 }

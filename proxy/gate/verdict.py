@@ -36,6 +36,7 @@ from proxy.gate.schemas import (
     MAX_VIOLATIONS,
     Compiled,
 )
+from proxy.gate.vocabulary import vocabulary_of
 
 # Findings listed per answer or record by default (`limits.max_findings`); the others counted.
 MAX_FINDINGS = 100
@@ -169,6 +170,7 @@ class _Inspection:
         self.allowance = Allowance(policy.validation_timeout_s)
         self.steps = Steps(QUICK_STEPS)
         self.pairing = Pairing(input_items, recorded)
+        self.vocabulary = vocabulary_of(policy.vendor)
 
     def run(self) -> Verdict:
         findings = list(self.iter_findings())
@@ -262,14 +264,20 @@ class _Inspection:
         )
 
     def foreign(self, index: int, item: Any) -> Finding | None:
-        """An item typed with another vendor's slug than the target's; None when the target's
-        vendor is not known, or the item is native or carries no slug."""
+        """An item typed with another vendor's slug than the target's, or of a kind outside the
+        target's vocabulary; None when the target's vendor is not known, or the item is native,
+        or is not typed with a string."""
         vendor = self.policy.vendor
         if vendor is None or not isinstance(item, dict):
             return None
         item_type = item.get("type")
         slug = items.vendor_of(item_type)
-        if slug is None or slug == vendor:
+        if slug is None:
+            if not item_type or not isinstance(item_type, str):
+                return None
+            if self.vocabulary.native(item_type):
+                return None
+        elif slug == vendor:
             return None
         found = self.finding(index, _string(item.get("call_id")), FOREIGN_ITEM)
         return replace(found, item_type=item_type)
