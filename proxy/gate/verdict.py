@@ -367,8 +367,8 @@ class _Inspection:
         arguments = call.get("arguments")
         if not isinstance(arguments, str):
             return Failed(Reason.ARGUMENTS_TYPE)
-        name = call.get("name")
-        schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
+        name = items.tool_name(call)
+        schemas, key = self.schemas_for(name) if name is not None else ([], ())
         if not schemas and recorded:
             schemas, key = self.recorded_schemas(call.get(items.RECORDED_SCHEMAS))
         return judged_arguments(
@@ -376,11 +376,11 @@ class _Inspection:
         )
 
     def schemas_for(self, name: str) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
-        """The pinned schema, else every `tools[].parameters` of that name in the request; and
+        """The pinned schema, else every `parameters` of that name the request declares; and
         the key of the verdicts made against them (looked up once per name and request)."""
         found = self.compiled.get(name)
         if found is None:
-            pinned = self.policy.pinned.get(name)
+            pinned = self.policy.pin_for(name)
             schemas: list[Compiled | SchemaError] = (
                 [pinned] if pinned is not None else self.compile_request_schemas(name)
             )
@@ -405,7 +405,7 @@ class _Inspection:
     def compile_request_schemas(self, name: str) -> list[Compiled | SchemaError]:
         if self.request_schemas is None:
             self.request_schemas = {}
-            for tool_name, parameters in items.tool_schemas(self.body.get("tools")):
+            for tool_name, parameters in items.declared_tools(self.body):
                 self.request_schemas.setdefault(tool_name, []).append(parameters)
         return [self.compile(parameters) for parameters in self.request_schemas.get(name, ())]
 
