@@ -99,7 +99,7 @@ class Finding:
         headline = _WORDS[self.reason].headline
         if headline is not None:
             return f"{where}: {headline(self)}: {self.reason}"
-        subject = "paired function_call"
+        subject = f"paired {_call(self)}"
         if self.reason == Reason.NOT_PORTABLE and self.item_type == items.FUNCTION_CALL_OUTPUT:
             subject = "the function_call_output"
         detail = str(self.reason)
@@ -128,6 +128,14 @@ class _Words:
     headline: Callable[[Finding], str] | None = None
 
 
+def _call(f: Finding) -> str:
+    """The kind of call the finding's output answers: a function_call, unless the finding
+    names another (`item_type`, outside `not_portable` and `foreign_item`)."""
+    if f.reason in (Reason.NOT_PORTABLE, Reason.FOREIGN_ITEM) or f.item_type is None:
+        return items.FUNCTION_CALL
+    return f.item_type
+
+
 def _orphan(f: Finding) -> str:
     if f.call_id is None:
         return (
@@ -135,7 +143,7 @@ def _orphan(f: Finding) -> str:
             "no call can be found for it"
         )
     return (
-        f"no function_call with call_id {f.call_id} precedes this output: not inline, not "
+        f"no {_call(f)} with call_id {f.call_id} precedes this output: not inline, not "
         "behind an item_reference, not in the previous_response_id chain the proxy recorded"
     )
 
@@ -143,19 +151,19 @@ def _orphan(f: Finding) -> str:
 def _orphan_headline(f: Finding) -> str:
     if f.call_id is None:
         return "the output has no string call_id"
-    return "no function_call with this call_id precedes it"
+    return f"no {_call(f)} with this call_id precedes it"
 
 
 def _duplicate(f: Finding) -> str:
     return (
-        f"more than one function_call, or more than one output, has call_id {f.call_id}: "
+        f"more than one {_call(f)}, or more than one output, has call_id {f.call_id}: "
         "which one was answered is ambiguous"
     )
 
 
 def _status(f: Finding) -> str:
     said = f.detail or "status is not completed"
-    return f"{said}: a replayed function_call must be completed"
+    return f"{said}: a replayed {_call(f)} must be completed"
 
 
 def _namespaced(f: Finding) -> str:
@@ -165,7 +173,7 @@ def _namespaced(f: Finding) -> str:
 
 def _not_function_call(f: Finding) -> str:
     shown = f" ({f.detail})" if f.detail else ""
-    return f"the paired item is not a function_call{shown}"
+    return f"the paired item is not a {_call(f)}{shown}"
 
 
 def _arguments_type(f: Finding) -> str:

@@ -81,8 +81,13 @@ def reference_id(item: Item) -> str | None:
 
 
 def output_call_id(item: Item) -> str | None:
-    call_id = item.get("call_id")
-    return call_id if isinstance(call_id, str) else None
+    return answered_key(item, "call_id")
+
+
+def answered_key(item: Item, field: str | None) -> str | None:
+    """The key an output answers its call by, held in `field` (`call_id` for most outputs)."""
+    key = item.get(field) if field is not None else None
+    return key if isinstance(key, str) else None
 
 
 def pairing_key(item: Any) -> str | None:

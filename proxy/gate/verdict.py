@@ -36,7 +36,7 @@ from proxy.gate.schemas import (
     MAX_VIOLATIONS,
     Compiled,
 )
-from proxy.gate.vocabulary import vocabulary_of
+from proxy.gate.vocabulary import Kind, vocabulary_of
 
 # Findings listed per answer or record by default (`limits.max_findings`); the others counted.
 MAX_FINDINGS = 100
@@ -169,8 +169,8 @@ class _Inspection:
         self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
         self.allowance = Allowance(policy.validation_timeout_s)
         self.steps = Steps(QUICK_STEPS)
-        self.pairing = Pairing(input_items, recorded)
         self.vocabulary = vocabulary_of(policy.vendor)
+        self.pairing = Pairing(input_items, recorded, self.vocabulary)
 
     def run(self) -> Verdict:
         findings = list(self.iter_findings())
@@ -218,8 +218,9 @@ class _Inspection:
                 yield foreign
             # An output that also carries an envelope key is still gated: the envelope's action
             # (say `log`) must not let its call past a stricter reason's action.
-            if self.pairing.kinds[index] == items.FUNCTION_CALL_OUTPUT:
-                finding = self.check_output(index, item)
+            family = self.vocabulary.output_of(self.pairing.kinds[index])
+            if family is not None:
+                finding = self.check_output(index, item, family)
                 if finding is not None:
                     yield finding
 
@@ -295,15 +296,19 @@ class _Inspection:
             items.pairing_key(self.input[index])
         )
 
-    def check_output(self, index: int, output: Item) -> Finding | None:
-        call_id = items.output_call_id(output)
+    def check_output(self, index: int, output: Item, family: Kind) -> Finding | None:
+        """The finding of the output at `index`, of the kind `family`, or None when its call
+        may be replayed. A family other than function calls names its call's kind in the
+        finding's `item_type`, for its sentences."""
+        said = None if family.partner == items.FUNCTION_CALL else family.partner
+        call_id = items.answered_key(output, family.pairs_by)
         if call_id is None:
-            return self.finding(index, call_id, Reason.ORPHAN)
+            return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
         inline, by_reference, upstream = self.pairing.paired(index, call_id)
         if not inline + by_reference + len(upstream):
             if self.recorded.trust_unpaired:
                 return None
-            return self.finding(index, call_id, Reason.ORPHAN)
+            return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
         paired_index: int | None
         if inline:
             paired_index = self.pairing.candidates[call_id][0]
@@ -317,16 +322,21 @@ class _Inspection:
             self.pairing.distinct(call_id, inline, by_reference, upstream) > 1
             or len(self.pairing.outputs.get(call_id, ())) > 1
         ):
-            return self.failed(index, call_id, Failed(Reason.DUPLICATE_CALL_ID), paired_index, call)
-        failed = self.check_call(call, output, recorded=not inline)
+            duplicate = Failed(Reason.DUPLICATE_CALL_ID, item_type=said)
+            return self.failed(index, call_id, duplicate, paired_index, call)
+        failed = self.check_call(call, output, family, recorded=not inline)
         if failed is None:
             return None
+        if said is not None:
+            failed = replace(failed, item_type=said)
         reason = failed.reason
         emitted = self.recorded.emitted_statuses(call) if reason == Reason.STATUS else ()
         detail = detail_of(reason, call, emitted)
         return self.failed(index, call_id, failed, paired_index, call, detail)
 
-    def check_call(self, call: Item, output: Item, *, recorded: bool) -> Failed | None:
+    def check_call(
+        self, call: Item, output: Item, family: Kind, *, recorded: bool
+    ) -> Failed | None:
         """What the paired item (or, for `not_portable`, its output) fails first, or None when
         it passes.
 
@@ -346,8 +356,10 @@ class _Inspection:
         item_type = call.get("type")
         if items.is_namespaced(item_type):
             return Failed(Reason.NAMESPACED)
-        if item_type != items.FUNCTION_CALL:
+        if item_type != family.partner:
             return Failed(Reason.NOT_FUNCTION_CALL)
+        if item_type != items.FUNCTION_CALL:
+            return self.check_status(call, status, emitted)
         unportable = self.caches.item_schemas.check_pair(
             call, output, self.caches.portable, self.allowance, self.steps
         )
@@ -356,14 +368,9 @@ class _Inspection:
             cap = self.bounds.max_violations
             omitted = max(len(fail) - cap, 0)
             return Failed(Reason.NOT_PORTABLE, fail[:cap], (), omitted, item_type)
-        if status is None and emitted:
-            # A call replayed without its status is judged by the status the proxy relayed it
-            # with; when it was relayed with several, by none of them.
-            if any(s != emitted[0] for s in emitted):
-                return Failed(Reason.STATUS)
-            status = emitted[0]
-        if status != "completed" and not (status is None and self.policy.allow_missing_status):
-            return Failed(Reason.STATUS)
+        failed = self.check_status(call, status, emitted)
+        if failed is not None:
+            return failed
         arguments = call.get("arguments")
         if not isinstance(arguments, str):
             return Failed(Reason.ARGUMENTS_TYPE)
@@ -374,6 +381,22 @@ class _Inspection:
         return judged_arguments(
             arguments, schemas, key, self.caches, self.allowance, self.bounds.max_violations
         )
+
+    def check_status(self, call: Item, status: Any, emitted: Sequence[Any]) -> Failed | None:
+        """`status`, for a call whose kind carries one in the vocabulary (a custom tool's
+        call has none)."""
+        kind = self.vocabulary.of(call.get("type"))
+        if kind is not None and not kind.status:
+            return None
+        if status is None and emitted:
+            # A call replayed without its status is judged by the status the proxy relayed it
+            # with; when it was relayed with several, by none of them.
+            if any(s != emitted[0] for s in emitted):
+                return Failed(Reason.STATUS)
+            status = emitted[0]
+        if status != "completed" and not (status is None and self.policy.allow_missing_status):
+            return Failed(Reason.STATUS)
+        return None
 
     def schemas_for(self, name: str) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
         """The pinned schema, else every `parameters` of that name the request declares; and

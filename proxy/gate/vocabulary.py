@@ -133,8 +133,10 @@ class Vocabulary:
     def of(self, item_type: object) -> Kind | None:
         return self.kinds.get(item_type) if isinstance(item_type, str) else None
 
-    def outputs(self) -> frozenset[str]:
-        return frozenset(k.type for k in self.kinds.values() if k.role == Role.OUTPUT)
+    def output_of(self, item_kind: str | None) -> Kind | None:
+        """The kind of an output the gate pairs with its call; None for any other item."""
+        found = self.kinds.get(item_kind) if item_kind is not None else None
+        return found if found is not None and found.role == Role.OUTPUT else None
 
 
 def _vocabulary(kinds: tuple[Kind, ...], *, closed: bool) -> Vocabulary:
