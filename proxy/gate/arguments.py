@@ -112,12 +112,12 @@ def pending_schemas(body: Any, policy: Policy, caches: GateCaches) -> list[Any]:
     """
     if not isinstance(body, dict) or not isinstance(body.get("input"), list):
         return []
-    called = {i.get("name") for i in body["input"] if isinstance(i, dict)}
+    called = {items.tool_name(i) for i in body["input"] if isinstance(i, dict)}
     return [
         {} if parameters is None else parameters
-        for name, parameters in items.tool_schemas(body.get("tools"))
+        for name, parameters in items.declared_tools(body)
         if name in called
-        and name not in policy.pinned
+        and policy.pin_for(name) is None
         and caches.schemas.pending({} if parameters is None else parameters, policy.schema_limits)
     ]
 

@@ -70,12 +70,12 @@ class ToolSchemas:
         """The request schemas of these calls' tools not compiled yet: compiled off the event
         loop first, as the gate's are (see `pending_schemas`)."""
         limits = self.policy.schema_limits
-        named = (call.get("name") for _, call in calls)
-        called = {n for n in named if isinstance(n, str)} - self._found.keys()
+        named = (items.tool_name(call) for _, call in calls)
+        called = {n for n in named if n is not None} - self._found.keys()
         return [
             schema
             for name, schemas in self.offered.items()
-            if name in called and name not in self.policy.pinned
+            if name in called and self.policy.pin_for(name) is None
             for schema in schemas
             if self.caches.schemas.pending(schema, limits)
         ]
@@ -85,7 +85,7 @@ class ToolSchemas:
             return []
         found = self._found.get(name)
         if found is None:
-            pinned = self.policy.pinned.get(name)
+            pinned = self.policy.pin_for(name)
             found = (
                 [pinned]
                 if pinned is not None
@@ -117,7 +117,7 @@ def iter_emitted(
     for index, call in calls:
         named = call.get("name")
         name = named if isinstance(named, str) else None
-        found = schemas.of(name)
+        found = schemas.of(items.tool_name(call))
         failed = _judged(call.get("arguments"), found, schemas.caches, allowance, max_violations)
         if failed is None:
             yield Emitted(index, name, OK, bool(found))

@@ -99,7 +99,7 @@ class Finding:
         headline = _WORDS[self.reason].headline
         if headline is not None:
             return f"{where}: {headline(self)}: {self.reason}"
-        subject = "paired function_call"
+        subject = f"paired {_call(self)}"
         if self.reason == Reason.NOT_PORTABLE and self.item_type == items.FUNCTION_CALL_OUTPUT:
             subject = "the function_call_output"
         detail = str(self.reason)
@@ -128,24 +128,42 @@ class _Words:
     headline: Callable[[Finding], str] | None = None
 
 
+def _call(f: Finding) -> str:
+    """The kind of call the finding's output answers: a function_call, unless the finding
+    names another (`item_type`, outside `not_portable` and `foreign_item`)."""
+    if f.reason in (Reason.NOT_PORTABLE, Reason.FOREIGN_ITEM) or f.item_type is None:
+        return items.FUNCTION_CALL
+    return f.item_type
+
+
 def _orphan(f: Finding) -> str:
-    named = f"call_id {f.call_id}" if f.call_id is not None else "no string call_id"
+    if f.call_id is None:
+        return (
+            "this output has no call_id (or one that is not a string): it answers no call, so "
+            "no call can be found for it"
+        )
     return (
-        f"no function_call with {named} precedes this output: not inline, not behind an "
-        "item_reference, not in the previous_response_id chain the proxy recorded"
+        f"no {_call(f)} with call_id {f.call_id} precedes this output: not inline, not "
+        "behind an item_reference, not in the previous_response_id chain the proxy recorded"
     )
+
+
+def _orphan_headline(f: Finding) -> str:
+    if f.call_id is None:
+        return "the output has no string call_id"
+    return f"no {_call(f)} with this call_id precedes it"
 
 
 def _duplicate(f: Finding) -> str:
     return (
-        f"more than one function_call, or more than one output, has call_id {f.call_id}: "
+        f"more than one {_call(f)}, or more than one output, has call_id {f.call_id}: "
         "which one was answered is ambiguous"
     )
 
 
 def _status(f: Finding) -> str:
     said = f.detail or "status is not completed"
-    return f"{said}: a replayed function_call must be completed"
+    return f"{said}: a replayed {_call(f)} must be completed"
 
 
 def _namespaced(f: Finding) -> str:
@@ -155,7 +173,7 @@ def _namespaced(f: Finding) -> str:
 
 def _not_function_call(f: Finding) -> str:
     shown = f" ({f.detail})" if f.detail else ""
-    return f"the paired item is not a function_call{shown}"
+    return f"the paired item is not a {_call(f)}{shown}"
 
 
 def _arguments_type(f: Finding) -> str:
@@ -222,6 +240,11 @@ def _provenance(f: Finding) -> str:
 
 
 def _foreign_item(f: Finding) -> str:
+    if f.item_type and ":" not in f.item_type:
+        return (
+            f"{f.item_type} is not a kind of item the upstream's vendor speaks: it would be "
+            "refused or misread there"
+        )
     shown = f" ({f.item_type})" if f.item_type else ""
     return (
         f"the item's type carries another vendor's slug than the upstream's{shown}: it is not "
@@ -240,9 +263,15 @@ def _not_portable(f: Finding) -> str:
     )
 
 
+def _foreign_headline(f: Finding) -> str:
+    if f.item_type and ":" not in f.item_type:
+        return f"{f.item_type} is not a kind of item this upstream speaks"
+    return f"{f.item_type} is another vendor's item, not portable to this upstream"
+
+
 # Every reason, said (a test checks that none is missing).
 _WORDS: dict[Reason, _Words] = {
-    Reason.ORPHAN: _Words(_orphan, lambda f: "no function_call with this call_id precedes it"),
+    Reason.ORPHAN: _Words(_orphan, _orphan_headline),
     Reason.DUPLICATE_CALL_ID: _Words(_duplicate),
     Reason.PROVENANCE: _Words(_provenance),
     Reason.NAMESPACED: _Words(_namespaced),
@@ -260,6 +289,6 @@ _WORDS: dict[Reason, _Words] = {
     Reason.UNKNOWN_REFERENCE: _Words(_unknown_reference, _unknown_reference),
     Reason.FOREIGN_ITEM: _Words(
         _foreign_item,
-        lambda f: f"{f.item_type} is another vendor's item, not portable to this upstream",
+        _foreign_headline,
     ),
 }

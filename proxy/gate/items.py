@@ -81,8 +81,13 @@ def reference_id(item: Item) -> str | None:
 
 
 def output_call_id(item: Item) -> str | None:
-    call_id = item.get("call_id")
-    return call_id if isinstance(call_id, str) else None
+    return answered_key(item, "call_id")
+
+
+def answered_key(item: Item, field: str | None) -> str | None:
+    """The key an output answers its call by, held in `field` (`call_id` for most outputs)."""
+    key = item.get(field) if field is not None else None
+    return key if isinstance(key, str) else None
 
 
 def pairing_key(item: Any) -> str | None:
@@ -127,8 +132,26 @@ def vendor_of(item_type: Any) -> str | None:
     return item_type.partition(":")[0]
 
 
-def tool_schemas(tools: Any) -> list[tuple[str, Any]]:
-    """(name, parameters) of each function tool in a request's `tools`.
+NAMESPACE = "namespace"
+# Input items that add tools to the request: a developer's `additional_tools`, and the tools a
+# `tool_search_output` loaded.
+TOOL_ITEMS = ("additional_tools", "tool_search_output")
+
+
+def tool_name(call: Item) -> str | None:
+    """The name a call's tool is declared under: `<namespace>/<name>` for a call that names its
+    `namespace` (a function name never holds a `/`), else its `name`."""
+    name = call.get("name")
+    if not isinstance(name, str):
+        return None
+    namespace = call.get(NAMESPACE)
+    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+
+
+def tool_schemas(tools: Any, namespace: str | None = None) -> list[tuple[str, Any]]:
+    """(name, parameters) of each function tool in a request's `tools`; a function inside a
+    `namespace` tool is named `<namespace>/<name>`, as `tool_name` names its calls. A deferred
+    tool (`defer_loading`) is declared as any other.
 
     Both the Responses shape (`{"type":"function","name":…,"parameters":…}`) and the
     Chat Completions shape (`{"type":"function","function":{…}}`) are read.
@@ -137,11 +160,31 @@ def tool_schemas(tools: Any) -> list[tuple[str, Any]]:
     if not isinstance(tools, list):
         return found
     for tool in tools:
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+        if not isinstance(tool, dict):
+            continue
+        kind_of_tool = tool.get("type", "function")
+        if kind_of_tool == NAMESPACE and namespace is None:
+            inner = tool.get("name")
+            if isinstance(inner, str) and inner:
+                found.extend(tool_schemas(tool.get("tools"), inner))
+            continue
+        if kind_of_tool != "function":
             continue
         spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
         assert isinstance(spec, dict)
         name = spec.get("name")
         if isinstance(name, str):
-            found.append((name, spec.get("parameters")))
+            named = name if namespace is None else f"{namespace}/{name}"
+            found.append((named, spec.get("parameters")))
+    return found
+
+
+def declared_tools(body: Item) -> list[tuple[str, Any]]:
+    """(name, parameters) of every function tool the request declares: in its `tools`, and in
+    the items of its `input` that add tools (`TOOL_ITEMS`)."""
+    found = tool_schemas(body.get("tools"))
+    listed = body.get("input")
+    for item in listed if isinstance(listed, list) else ():
+        if isinstance(item, dict) and item.get("type") in TOOL_ITEMS:
+            found.extend(tool_schemas(item.get("tools")))
     return found

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from proxy.gate import items
 from proxy.gate.items import Item
+from proxy.gate.vocabulary import CORE, Vocabulary
 
 COMPACTION = "compaction"
 
@@ -73,7 +74,9 @@ class Pairing:
     """Where each output's call is: the items of `input` indexed by pairing key, in input order,
     each `item_reference` resolved once through what was recorded."""
 
-    def __init__(self, input_items: list[Any], recorded: Recorded) -> None:
+    def __init__(
+        self, input_items: list[Any], recorded: Recorded, vocabulary: Vocabulary = CORE
+    ) -> None:
         self.input = input_items
         self.recorded = recorded
         # Pairing keys -> indexes of inline candidates, of item_references resolving to a
@@ -91,8 +94,9 @@ class Pairing:
         self.kinds = [items.kind(item) for item in self.input]
         for index, item in enumerate(self.input):
             item_kind = self.kinds[index]
-            if item_kind == items.FUNCTION_CALL_OUTPUT:
-                call_id = items.output_call_id(item)
+            family = vocabulary.output_of(item_kind)
+            if family is not None:
+                call_id = items.answered_key(item, family.pairs_by)
                 if call_id is not None:
                     self.outputs.setdefault(call_id, []).append(index)
             elif item_kind == items.ITEM_REFERENCE:

@@ -89,6 +89,15 @@ class Policy:
         if not self.validation_timeout_s > 0:
             yield f"validation_timeout_s: {self.validation_timeout_s!r} is not positive"
 
+    def pin_for(self, tool: str) -> Compiled | None:
+        """The schema pinned for a tool named as `items.tool_name` names it; a tool inside a
+        namespace (`<namespace>/<name>`) pinned by its bare name is held to that pin too: a
+        client cannot escape a pin by moving its tool into a namespace."""
+        pinned = self.pinned.get(tool)
+        if pinned is None and "/" in tool:
+            pinned = self.pinned.get(tool.rpartition("/")[2])
+        return pinned
+
     def action_for(self, reason: str) -> Action:
         action = self.actions.get(reason, self.action)
         if action == "rewrite" and reason in NOT_REWRITTEN:

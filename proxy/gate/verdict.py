@@ -36,6 +36,7 @@ from proxy.gate.schemas import (
     MAX_VIOLATIONS,
     Compiled,
 )
+from proxy.gate.vocabulary import Kind, vocabulary_of
 
 # Findings listed per answer or record by default (`limits.max_findings`); the others counted.
 MAX_FINDINGS = 100
@@ -168,7 +169,8 @@ class _Inspection:
         self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
         self.allowance = Allowance(policy.validation_timeout_s)
         self.steps = Steps(QUICK_STEPS)
-        self.pairing = Pairing(input_items, recorded)
+        self.vocabulary = vocabulary_of(policy.vendor)
+        self.pairing = Pairing(input_items, recorded, self.vocabulary)
 
     def run(self) -> Verdict:
         findings = list(self.iter_findings())
@@ -216,8 +218,9 @@ class _Inspection:
                 yield foreign
             # An output that also carries an envelope key is still gated: the envelope's action
             # (say `log`) must not let its call past a stricter reason's action.
-            if self.pairing.kinds[index] == items.FUNCTION_CALL_OUTPUT:
-                finding = self.check_output(index, item)
+            family = self.vocabulary.output_of(self.pairing.kinds[index])
+            if family is not None:
+                finding = self.check_output(index, item, family)
                 if finding is not None:
                     yield finding
 
@@ -262,14 +265,20 @@ class _Inspection:
         )
 
     def foreign(self, index: int, item: Any) -> Finding | None:
-        """An item typed with another vendor's slug than the target's; None when the target's
-        vendor is not known, or the item is native or carries no slug."""
+        """An item typed with another vendor's slug than the target's, or of a kind outside the
+        target's vocabulary; None when the target's vendor is not known, or the item is native,
+        or is not typed with a string."""
         vendor = self.policy.vendor
         if vendor is None or not isinstance(item, dict):
             return None
         item_type = item.get("type")
         slug = items.vendor_of(item_type)
-        if slug is None or slug == vendor:
+        if slug is None:
+            if not item_type or not isinstance(item_type, str):
+                return None
+            if self.vocabulary.native(item_type):
+                return None
+        elif slug == vendor:
             return None
         found = self.finding(index, _string(item.get("call_id")), FOREIGN_ITEM)
         return replace(found, item_type=item_type)
@@ -287,15 +296,19 @@ class _Inspection:
             items.pairing_key(self.input[index])
         )
 
-    def check_output(self, index: int, output: Item) -> Finding | None:
-        call_id = items.output_call_id(output)
+    def check_output(self, index: int, output: Item, family: Kind) -> Finding | None:
+        """The finding of the output at `index`, of the kind `family`, or None when its call
+        may be replayed. A family other than function calls names its call's kind in the
+        finding's `item_type`, for its sentences."""
+        said = None if family.partner == items.FUNCTION_CALL else family.partner
+        call_id = items.answered_key(output, family.pairs_by)
         if call_id is None:
-            return self.finding(index, call_id, Reason.ORPHAN)
+            return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
         inline, by_reference, upstream = self.pairing.paired(index, call_id)
         if not inline + by_reference + len(upstream):
             if self.recorded.trust_unpaired:
                 return None
-            return self.finding(index, call_id, Reason.ORPHAN)
+            return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
         paired_index: int | None
         if inline:
             paired_index = self.pairing.candidates[call_id][0]
@@ -309,16 +322,21 @@ class _Inspection:
             self.pairing.distinct(call_id, inline, by_reference, upstream) > 1
             or len(self.pairing.outputs.get(call_id, ())) > 1
         ):
-            return self.failed(index, call_id, Failed(Reason.DUPLICATE_CALL_ID), paired_index, call)
-        failed = self.check_call(call, output, recorded=not inline)
+            duplicate = Failed(Reason.DUPLICATE_CALL_ID, item_type=said)
+            return self.failed(index, call_id, duplicate, paired_index, call)
+        failed = self.check_call(call, output, family, recorded=not inline)
         if failed is None:
             return None
+        if said is not None:
+            failed = replace(failed, item_type=said)
         reason = failed.reason
         emitted = self.recorded.emitted_statuses(call) if reason == Reason.STATUS else ()
         detail = detail_of(reason, call, emitted)
         return self.failed(index, call_id, failed, paired_index, call, detail)
 
-    def check_call(self, call: Item, output: Item, *, recorded: bool) -> Failed | None:
+    def check_call(
+        self, call: Item, output: Item, family: Kind, *, recorded: bool
+    ) -> Failed | None:
         """What the paired item (or, for `not_portable`, its output) fails first, or None when
         it passes.
 
@@ -338,8 +356,10 @@ class _Inspection:
         item_type = call.get("type")
         if items.is_namespaced(item_type):
             return Failed(Reason.NAMESPACED)
-        if item_type != items.FUNCTION_CALL:
+        if item_type != family.partner:
             return Failed(Reason.NOT_FUNCTION_CALL)
+        if item_type != items.FUNCTION_CALL:
+            return self.check_status(call, status, emitted)
         unportable = self.caches.item_schemas.check_pair(
             call, output, self.caches.portable, self.allowance, self.steps
         )
@@ -348,6 +368,26 @@ class _Inspection:
             cap = self.bounds.max_violations
             omitted = max(len(fail) - cap, 0)
             return Failed(Reason.NOT_PORTABLE, fail[:cap], (), omitted, item_type)
+        failed = self.check_status(call, status, emitted)
+        if failed is not None:
+            return failed
+        arguments = call.get("arguments")
+        if not isinstance(arguments, str):
+            return Failed(Reason.ARGUMENTS_TYPE)
+        name = items.tool_name(call)
+        schemas, key = self.schemas_for(name) if name is not None else ([], ())
+        if not schemas and recorded:
+            schemas, key = self.recorded_schemas(call.get(items.RECORDED_SCHEMAS))
+        return judged_arguments(
+            arguments, schemas, key, self.caches, self.allowance, self.bounds.max_violations
+        )
+
+    def check_status(self, call: Item, status: Any, emitted: Sequence[Any]) -> Failed | None:
+        """`status`, for a call whose kind carries one in the vocabulary (a custom tool's
+        call has none)."""
+        kind = self.vocabulary.of(call.get("type"))
+        if kind is not None and not kind.status:
+            return None
         if status is None and emitted:
             # A call replayed without its status is judged by the status the proxy relayed it
             # with; when it was relayed with several, by none of them.
@@ -356,23 +396,14 @@ class _Inspection:
             status = emitted[0]
         if status != "completed" and not (status is None and self.policy.allow_missing_status):
             return Failed(Reason.STATUS)
-        arguments = call.get("arguments")
-        if not isinstance(arguments, str):
-            return Failed(Reason.ARGUMENTS_TYPE)
-        name = call.get("name")
-        schemas, key = self.schemas_for(name) if isinstance(name, str) else ([], ())
-        if not schemas and recorded:
-            schemas, key = self.recorded_schemas(call.get(items.RECORDED_SCHEMAS))
-        return judged_arguments(
-            arguments, schemas, key, self.caches, self.allowance, self.bounds.max_violations
-        )
+        return None
 
     def schemas_for(self, name: str) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
-        """The pinned schema, else every `tools[].parameters` of that name in the request; and
+        """The pinned schema, else every `parameters` of that name the request declares; and
         the key of the verdicts made against them (looked up once per name and request)."""
         found = self.compiled.get(name)
         if found is None:
-            pinned = self.policy.pinned.get(name)
+            pinned = self.policy.pin_for(name)
             schemas: list[Compiled | SchemaError] = (
                 [pinned] if pinned is not None else self.compile_request_schemas(name)
             )
@@ -397,7 +428,7 @@ class _Inspection:
     def compile_request_schemas(self, name: str) -> list[Compiled | SchemaError]:
         if self.request_schemas is None:
             self.request_schemas = {}
-            for tool_name, parameters in items.tool_schemas(self.body.get("tools")):
+            for tool_name, parameters in items.declared_tools(self.body):
                 self.request_schemas.setdefault(tool_name, []).append(parameters)
         return [self.compile(parameters) for parameters in self.request_schemas.get(name, ())]
 

@@ -154,7 +154,7 @@ class Ledger:
                 view.by_id.update(by_id)
                 for call in calls:
                     view.add_emitted(call)
-            offered = (name for name, _ in items.tool_schemas(body.get("tools")))
+            offered = (name for name, _ in items.declared_tools(body))
             if tools := view.tools_wanted(offered):
                 view.tools.update(await self.store.tools(tenant, sorted(tools)))
                 view.attach_tools()

@@ -106,7 +106,7 @@ class LedgerView:
         return {
             tools
             for call in self.iter_recorded_calls()
-            if call.get("name") not in names
+            if items.tool_name(call) not in names
             if isinstance(tools := call.get(items.RECORDED_TOOLS), str)
         }
 
@@ -129,7 +129,8 @@ class LedgerView:
             recorded = self.tools.get(call.get(items.RECORDED_TOOLS) or "")
             if recorded is None:
                 return call
-            schemas = [parameters for name, parameters in recorded if name == call.get("name")]
+            called = items.tool_name(call)
+            schemas = [parameters for name, parameters in recorded if name == called]
             return {**call, items.RECORDED_SCHEMAS: schemas}
 
         for key, found in self.chain_calls.items():

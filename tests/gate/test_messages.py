@@ -36,6 +36,16 @@ MESSAGES = [
         "item_reference, not in the previous_response_id chain the proxy recorded",
         id="orphan",
     ),
+    # An output without a call_id answers nothing: it says so, not "no call with no call_id".
+    pytest.param(
+        [user("hi"), {"type": "function_call_output", "output": "x"}],
+        {},
+        Ledger(),
+        "orphan",
+        "this output has no call_id (or one that is not a string): it answers no call, so no "
+        "call can be found for it",
+        id="orphan-without-call-id",
+    ),
     pytest.param(
         [call("c"), call("c"), output("c")],
         {},

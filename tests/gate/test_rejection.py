@@ -88,6 +88,13 @@ def test_rejection_matches_the_design_example() -> None:
             id="orphans",
         ),
         pytest.param(
+            [{"type": "function_call_output", "call_id": 7, "output": "x"}],
+            {},
+            "input[0]",
+            "input[0]: the output has no string call_id: orphan",
+            id="orphan-without-call-id",
+        ),
+        pytest.param(
             [{"role": "tool", "tool_call_id": "x", "content": "y"}],
             {},
             "input[0]",
