@@ -42,6 +42,9 @@ from proxy.gate.vocabulary import Kind, vocabulary_of
 MAX_FINDINGS = 100
 # The fields the spec defines for a function_call_output: all a rewritten output keeps.
 OUTPUT_FIELDS = ("type", "id", "call_id", "output", "status")
+# The output kinds a failure record can stand in for: answered by `call_id`, with an `output`
+# that may be a string (the record).
+_REWRITABLE = frozenset({"function_call_output", "custom_tool_call_output"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +180,11 @@ class _Inspection:
         bounds = self.bounds
         if not findings:
             return Verdict("forward", bounds=bounds)
-        upstream_only = {f.index for f in findings if self.dangles(f)}
-        if upstream_only:
-            # Stripping an output whose call lives only upstream would leave a dangling call.
-            findings = [
-                replace(f, action="block") if f.index in upstream_only else f for f in findings
-            ]
+        # Stripping an output whose call lives only upstream would leave a dangling call; an
+        # output whose kind has no string `output` for the failure record cannot be rewritten.
+        escalated = {f.index for f in findings if self.dangles(f) or self.unrewritable(f)}
+        if escalated:
+            findings = [replace(f, action="block") if f.index in escalated else f for f in findings]
         if any(f.action == "block" for f in findings):
             return Verdict("block", tuple(findings), bounds=bounds)
         without = frozenset(
@@ -234,6 +236,19 @@ class _Inspection:
         if finding.reason in ITEM_REASONS:
             return False
         return self.pairing.pairs_upstream(finding.call_id)
+
+    def unrewritable(self, finding: Finding) -> bool:
+        """Whether `finding` would rewrite an output whose kind the failure record does not
+        fit: only a function_call_output (or a typeless one) and a custom_tool_call_output
+        answer by `call_id` with an `output` that may be a string; a computer, shell or patch
+        output, or an MCP approval, would be left without its own fields or its pair."""
+        if finding.action != "rewrite" or finding.index is None:
+            return False
+        if finding.reason in ITEM_REASONS:
+            return False
+        item = self.input[finding.index]
+        kind = item.get("type") if isinstance(item, dict) else None
+        return kind not in _REWRITABLE and kind not in (None, "", False)
 
     def finding(self, index: int, call_id: str | None, reason: Reason) -> Finding:
         return Finding(index, reason, self.policy.action_for(reason), call_id)

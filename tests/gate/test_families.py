@@ -117,3 +117,28 @@ def test_strip_takes_the_pair() -> None:
     body = request(message("hi"), call | {"status": "incomplete"}, output)
     verdict = inspect(body, Policy(vendor="openai", action="strip"), Ledger())
     assert verdict.input == [message("hi")]
+
+
+@pytest.mark.parametrize(
+    ("family", "kept"),
+    [
+        ("custom_tool_call", "rewrite"),
+        *((family, "block") for family in FAMILIES if family != "custom_tool_call"),
+    ],
+)
+def test_a_rewrite_is_kept_only_where_the_record_fits(family: str, kept: str) -> None:
+    """A pair no upstream emitted, under `require_provenance` and `rewrite`: a custom tool's
+    output becomes the failure record, as a function call's does; any other family's (a
+    screenshot, a shell's list, an approval without its `approval_request_id`) is blocked
+    instead of being left without its own fields or its pair."""
+    call, output = FAMILIES[family]
+    policy = Policy(vendor="openai", action="rewrite", require_provenance=True)
+    verdict = inspect(request(message("hi"), call, output), policy, Ledger())
+    assert [f.reason for f in verdict.findings] == ["provenance"]
+    assert verdict.outcome == kept
+    if kept == "rewrite":
+        assert verdict.input is not None
+        [_, _, rewritten] = verdict.input
+        assert set(rewritten) == {"type", "call_id", "output"}
+        assert rewritten["type"] == "custom_tool_call_output"
+        assert '"execute":false' in rewritten["output"].replace(" ", "")
