@@ -8,7 +8,7 @@ from aiohttp.typedefs import Handler
 from proxy.gate.errors import ProxyError
 from proxy.server.clients import tenant_of
 from proxy.server.keys import IN_FORCE, READINESS, SERVICES
-from proxy.server.readiness import is_ready
+from proxy.server.readiness import Check, is_ready
 
 
 def is_admin(request: web.Request) -> bool:
@@ -35,10 +35,14 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
+async def check_readiness(app: web.Application) -> list[Check]:
+    """Every readiness check against the config in force (which sets the readiness gauges)."""
+    return await app[READINESS].checks(app[IN_FORCE].current.config, app[SERVICES].ledger.store)
+
+
 async def ready(request: web.Request) -> web.Response:
     """200 when every check readiness depends on holds, else 503; the body lists every check."""
-    app = request.app
-    checks = await app[READINESS].checks(app[IN_FORCE].current.config, app[SERVICES].ledger.store)
+    checks = await check_readiness(request.app)
     ok = is_ready(checks)
     return web.json_response(
         {"status": "ready" if ok else "not_ready", "checks": [c.as_dict() for c in checks]},

@@ -249,6 +249,9 @@ async def metrics(request: web.Request) -> web.Response:
     # The gauges of what is held now, read when asked (in multiprocess mode, a gauge is what
     # its worker last set: there is no reading another worker's memory).
     books.verdict_cache.set(len(app[IN_FORCE].current.caches))
+    # Readiness too, so that a Prometheus sees it where nothing probes /-/ready (its network
+    # checks are cached and bounded in time: a scrape adds a connect every few seconds at most).
+    await admin.check_readiness(app)
     try:
         books.ledger_responses.set(await app[SERVICES].ledger.store.size())
     except LedgerFault as exc:

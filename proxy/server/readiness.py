@@ -62,8 +62,10 @@ class Readiness:
         self.draining = False
         self._cache: dict[str, tuple[float, Check]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._published: set[str] = set()
 
     async def checks(self, config: Config, store: Store) -> list[Check]:
+        """Every check, in order; the readiness gauges follow what they found."""
         found = [
             Check(
                 "draining",
@@ -78,7 +80,21 @@ class Readiness:
         workers = self.workers()
         if workers is not None:
             found.append(workers)
+        self._publish(found)
         return found
+
+    def _publish(self, checks: list[Check]) -> None:
+        """Set the readiness gauges from `checks`, as `/-/ready` answers from them."""
+        self.metrics.ready.set(1 if is_ready(checks) else 0)
+        named = {check.name for check in checks}
+        # An upstream a reload removed is no longer checked. In multiprocess mode a label set
+        # cannot be removed (prometheus-client's files keep it): it keeps its last reading.
+        if self.metrics.multiprocess_dir is None:
+            for gone in self._published - named:
+                self.metrics.ready_check.remove(gone)
+        self._published = named
+        for check in checks:
+            self.metrics.ready_check.labels(check.name).set(1 if check.ok else 0)
 
     def workers(self) -> Check | None:
         """The supervisor's slots as it last wrote them (None without a supervisor); the

@@ -236,6 +236,26 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="mostrecent",  # every worker reads the same supervisor's view
         )
+        # Each worker checks at its own probes and scrapes, and the checks look at what the
+        # workers share (the upstreams, Redis, the supervisor's view): the newest reading is the
+        # service's, as the worker that answers a scrape has just checked.
+        self.ready = Gauge(
+            "replay_proxy_ready",
+            "1 when `/-/ready` would answer 200, 0 when 503: every check readiness depends on "
+            "holds. Checked at each `/-/ready` probe and each scrape (the network checks are "
+            "cached for 3 s).",
+            multiprocess_mode="livemostrecent",
+            registry=self.registry,
+        )
+        self.ready_check = Gauge(
+            "replay_proxy_ready_check",
+            "Each check of `/-/ready`, by its name (`draining`, `upstream:<name>`, `ledger`, "
+            "`workers`): 1 when it holds, 0 when not, whether or not readiness depends on it "
+            "(the ledger only with `readiness.ledger: required`).",
+            ["check"],
+            multiprocess_mode="livemostrecent",
+            registry=self.registry,
+        )
         self.build_info = Gauge(
             "replay_proxy_build_info",
             "Always 1: the proxy's version and the Python it runs on.",

@@ -107,6 +107,7 @@ def test_every_alert_has_a_case_where_it_fires() -> None:
         "ReplayProxyWorkersMissing",
         "ReplayProxyUpstreamErrors",
         "ReplayProxyDown",
+        "ReplayProxyNotReady",
     } <= alerts
 
 
@@ -168,6 +169,7 @@ def test_the_dashboard_shows_what_the_issue_asks() -> None:
         "replay_proxy_ledger_faults_total",
         "replay_proxy_emitted_calls_total",
         "replay_proxy_workers_missing",
+        "replay_proxy_ready",
     ):
         assert shown in queries, shown
     for panel in board["panels"]:

@@ -94,6 +94,12 @@ async def test_every_scrape_of_either_worker_reads_the_whole_service(
         assert {metric(t, "replay_proxy_open_streams") for t in texts} == {0}
         assert {metric(t, "replay_proxy_ledger_responses") for t in texts} == {1}
         assert all(t.count("replay_proxy_build_info{") == 1 for t in texts)
+        # Readiness is each worker's newest reading, not their sum: the scraped worker has just
+        # checked the upstream and the Redis they share.
+        assert all(t.count("\nreplay_proxy_ready ") == 1 for t in texts)
+        assert {metric(t, "replay_proxy_ready") for t in texts} <= {0, 1}
+        for check in ("upstream:default", "ledger"):
+            assert {metric(t, "replay_proxy_ready_check", check=check) for t in texts} == {1}
         assert "_created" not in "".join(texts)
         # The process figures are the service's: its start is the first worker's, whichever
         # worker is scraped (each wrote its own when it started).

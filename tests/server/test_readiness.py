@@ -20,7 +20,7 @@ from proxy.state.metrics import Metrics
 from proxy.state.workers import Missing, Slots, WorkerSlot, write_slots
 from tests.builders import at
 from tests.fixture_types import ProxyFactory
-from tests.server.checks import metric
+from tests.server.checks import metric, scrape
 from tests.servers.recording import RecordingUpstream
 from tests.servers.redis_server import RedisServer
 
@@ -36,6 +36,14 @@ async def ready(client: aiohttp.ClientSession, base: str) -> tuple[int, dict[str
 def check_named(body: dict[str, Any], name: str) -> dict[str, Any]:
     [found] = [c for c in body["checks"] if c["name"] == name]
     return dict(found)
+
+
+async def gauges(client: aiohttp.ClientSession, base: str, *checks: str) -> list[float | None]:
+    """The readiness gauge and each named check's gauge, as a scrape reads them."""
+    text = await scrape(client, base)
+    return [metric(text, "replay_proxy_ready")] + [
+        metric(text, "replay_proxy_ready_check", check=name) for name in checks
+    ]
 
 
 async def ready_until(
@@ -92,6 +100,7 @@ async def test_ready_is_503_once_the_upstream_port_closes_and_healthy_stays_200(
     base = await start_proxy(f"http://127.0.0.1:{port}")
     try:
         assert (await ready(client, base))[0] == 200
+        assert await gauges(client, base, "draining", "upstream:default") == [1, 1, 1]
     finally:
         await server.close()
 
@@ -100,6 +109,8 @@ async def test_ready_is_503_once_the_upstream_port_closes_and_healthy_stays_200(
     )
 
     assert (status, body["status"]) == (503, "not_ready")
+    # The scrape's own checks find the port closed too.
+    assert await gauges(client, base, "draining", "upstream:default") == [0, 1, 0]
     assert check_named(body, "upstream:default")["detail"] == (
         f"cannot connect to 127.0.0.1:{port}: Connection refused"
     )
@@ -115,6 +126,17 @@ async def test_an_upstream_that_never_listened_is_not_ready_at_the_first_probe(
     base = await start_proxy(f"http://127.0.0.1:{port}")
     status, body = await ready(client, base)
     assert (status, check_named(body, "upstream:default")["ok"]) == (503, False)
+
+
+async def test_a_scrape_checks_readiness_where_nothing_probes_it(
+    start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    """A Prometheus alone sees readiness: the scrape runs the checks `/-/ready` runs."""
+    port = free_port("127.0.0.1")
+    base = await start_proxy(f"http://127.0.0.1:{port}")
+
+    assert await gauges(client, base, "upstream:default", "ledger") == [0, 0, 1]
+    assert (await ready(client, base))[0] == 503
 
 
 @pytest.mark.parametrize(
@@ -146,6 +168,7 @@ async def test_a_redis_ledger_that_stops_is_reported_and_only_required_turns_rea
         200,
         {"name": "ledger", "ok": True, "detail": f"{where} answers", "required": required},
     )
+    assert await gauges(client, base, "ledger") == [1, 1]
 
     redis_server.stop()  # by its pid
     answered, body = await ready_until(
@@ -155,6 +178,8 @@ async def test_a_redis_ledger_that_stops_is_reported_and_only_required_turns_rea
     assert (answered, body["status"]) == (status, "ready" if status == 200 else "not_ready")
     assert check_named(body, "ledger")["ok"] is ok
     assert check_named(body, "ledger")["detail"].startswith(f"{where} is down")
+    # The gauge says what /-/ready says: a ledger only reported leaves the process ready.
+    assert await gauges(client, base, "ledger") == [1 if status == 200 else 0, 1 if ok else 0]
     assert check_named(body, "upstream:default")["ok"]
     # First turns still work while the ledger is down.
     async with client.post(at(base, "/v1/responses"), json={"model": "m", "input": "hi"}) as resp:
