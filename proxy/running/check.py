@@ -18,7 +18,7 @@ from proxy.gate.policy import Policy
 from proxy.gate.reasons import Outcome, Reason
 from proxy.gate.records import read_finding
 from proxy.gate.verdict import inspect
-from proxy.running.documents import Document, Unreadable
+from proxy.running.documents import Document, UnreadableDocument
 
 # Exit codes, as `check --help` and docs/check.md say them.
 CLEAN, FINDINGS, UNREADABLE = 0, 1, 2
@@ -267,7 +267,7 @@ def _shown(value: Any) -> str:
 
 
 @dataclass
-class Tally:
+class CheckTally:
     """What the summary counts: documents, findings by reason and tool, unreadable input."""
 
     documents: int = 0
@@ -328,7 +328,7 @@ def iter_json(checked: Checked) -> Iterator[str]:
         )
 
 
-def iter_summary(tally: Tally) -> Iterator[str]:
+def iter_summary(tally: CheckTally) -> Iterator[str]:
     """The findings counted by reason and tool, then the totals."""
     if tally.by_reason_tool:
         rows = sorted(tally.by_reason_tool.items(), key=lambda row: (-row[1], row[0]))
@@ -349,5 +349,5 @@ def iter_summary(tally: Tally) -> Iterator[str]:
     yield line
 
 
-def report_unreadable(unreadable: Unreadable) -> str:
+def report_unreadable(unreadable: UnreadableDocument) -> str:
     return f"replay-proxy: {unreadable}"

@@ -14,7 +14,7 @@ from proxy.gate.findings import Finding
 from proxy.gate.policy import Policy
 from proxy.gate.reasons import Action, Reason
 from proxy.gate.records import failure_record
-from proxy.gate.schemas import SchemaCache, Tally, Violation
+from proxy.gate.schemas import SchemaCache, Violation, ViolationTally
 from proxy.gate.verdict import (
     Bounds,
     Verdict,
@@ -65,7 +65,7 @@ TALLIES = [
 
 @pytest.mark.parametrize(("limit", "paths", "shown", "omitted"), TALLIES)
 def test_tally(limit: int | None, paths: list[str], shown: list[str], omitted: int) -> None:
-    found = Tally(limit)
+    found = ViolationTally(limit)
     for path in paths:
         reason = path if path == "validation_timeout" else "enum"
         found.add([Violation("" if reason != "enum" else "/" + path, reason)])
