@@ -23,7 +23,12 @@ from proxy.running.documents import Document, UnreadableDocument
 # Exit codes, as `check --help` and docs/check.md say them.
 CLEAN, FINDINGS, UNREADABLE = 0, 1, 2
 
-_STRICTER: dict[Outcome, int] = {"forward": 0, "rewrite": 1, "strip": 2, "block": 3}
+_STRICTER: dict[Outcome, int] = {
+    Outcome.FORWARD: 0,
+    Outcome.REWRITE: 1,
+    Outcome.STRIP: 2,
+    Outcome.BLOCK: 3,
+}
 # The reasons whose recorded finding depends only on the call's arguments and its tool's schema:
 # an audit record that kept the arguments is judged again against the pinned schema.
 _ARGUMENT_REASONS = frozenset(
@@ -236,9 +241,9 @@ def _via(document: Document, where: str) -> str:
 
 
 def _strictest(findings: Iterable[Finding]) -> Outcome:
-    outcome: Outcome = "forward"
+    outcome = Outcome.FORWARD
     for f in findings:
-        action: Outcome = "forward" if f.action == "log" else f.action
+        action = Outcome.FORWARD if f.action == "log" else Outcome(f.action)
         if _STRICTER[action] > _STRICTER[outcome]:
             outcome = action
     return outcome
