@@ -14,16 +14,24 @@ import pytest
 
 HTTP_STACK = ["aiohttp", "multidict", "yarl", "redis"]
 
+# The Envoy front's stack: the HTTP front and the transport-free layers never load it.
+ENVOY_STACK = ["grpc", "envoy"]
+# What only the pure core's checks need, and the config file's reader.
+CHECKS = ["jsonschema", "regex"]
+
 PROBE = """
 import importlib, json, sys
-importlib.import_module(sys.argv[1])
+for module in sys.argv[1:]:
+    importlib.import_module(module)
 print(json.dumps(sorted(name for name in sys.modules if "." not in name)))
 """
 
 
-def loaded(module: str) -> set[str]:
+def loaded(*modules: str) -> set[str]:
+    """The top-level packages loaded once `modules` are imported, in a fresh interpreter: when
+    none of them loads a package, each alone does not either (one probe serves a group)."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, module],
+        [sys.executable, "-c", PROBE, *modules],
         capture_output=True,
         text=True,
         timeout=60,
@@ -72,6 +80,62 @@ def test_pure_layer_does_not_load(module: str, forbidden: list[str]) -> None:
     modules = loaded(module)
     assert module.split(".")[0] in modules
     assert modules.isdisjoint(forbidden), sorted(modules & set(forbidden))
+
+
+# The modules of the one exchange and what it stands on, a group to a probe (the same forbidden
+# packages): a row fails naming what its group loaded; import its modules one by one to see which.
+@pytest.mark.parametrize(
+    ("modules", "forbidden"),
+    [
+        # Plain values: findings' words, pins, an access line, a credential, what the ledger
+        # keeps and how, its view for the gate, the arguments comparator.
+        pytest.param(
+            [
+                "proxy.gate.reasons",
+                "proxy.gate.pins",
+                "proxy.admission.access",
+                "proxy.admission.credentials",
+                "proxy.state.recording",
+                "proxy.state.encoding",
+                "proxy.state.ledger_view",
+                "proxy.state.arguments",
+            ],
+            [*HTTP_STACK, *ENVOY_STACK, *CHECKS, "yaml"],
+            id="values",
+        ),
+        # The findings' renderings, the dialect seam, the config's review: the core, no stack.
+        pytest.param(
+            [
+                "proxy.gate.findings",
+                "proxy.gate.records",
+                "proxy.gate.phrases",
+                "proxy.admission.dialect",
+                "proxy.running.config_review",
+            ],
+            [*HTTP_STACK, *ENVOY_STACK, "yaml"],
+            id="core",
+        ),
+        # The exchange and the services it is handed: free of every front's transport.
+        pytest.param(
+            ["proxy.admission.exchange", "proxy.admission.services"],
+            [*HTTP_STACK, *ENVOY_STACK, "yaml"],
+            id="exchange",
+        ),
+        # The HTTP front does not load the Envoy front's stack, nor the Envoy front aiohttp's.
+        pytest.param(
+            ["proxy.server.app", "proxy.server.forward", "proxy.server.websocket"],
+            [*ENVOY_STACK, "yaml"],
+            id="http-front",
+        ),
+        pytest.param(["proxy.extproc.exchange"], [*HTTP_STACK, "yaml"], id="envoy-front"),
+        # The reference page is generated from the config's meanings and the metrics' help.
+        pytest.param(["proxy.running.reference"], HTTP_STACK, id="reference"),
+    ],
+)
+def test_group_does_not_load(modules: list[str], forbidden: list[str]) -> None:
+    found = loaded(*modules)
+    assert "proxy" in found
+    assert found.isdisjoint(forbidden), sorted(found & set(forbidden))
 
 
 def test_probe_sees_what_is_loaded() -> None:
@@ -196,6 +260,62 @@ def test_layer_imports_only_what_it_may(row: str) -> None:
     assert not offending, offending
 
 
+# The fronts: each translates between its wire and the exchange, and none imports another (the
+# HTTP front's modules import each other; a fourth front goes beside these).
+FRONTS = ("proxy.server", "proxy.extproc")
+
+
+def front_of(module: str) -> str | None:
+    return next((f for f in FRONTS if module == f or module.startswith(f + ".")), None)
+
+
+def imports_of_other_fronts(source: str, module: str) -> list[str]:
+    """Each import of `module` (a front's) from another front, as `module:line imports X`."""
+    front = front_of(module)
+    return [
+        f"{module}:{line} imports {imported}"
+        for line, imported in imports_of(source, module)
+        if front_of(imported) not in (None, front)
+    ]
+
+
+FRONT_MODULES = [p for p in MODULES if front_of(module_name(p)) is not None]
+
+
+@pytest.mark.parametrize("path", FRONT_MODULES, ids=[module_name(p) for p in FRONT_MODULES])
+def test_no_front_imports_another(path: Path) -> None:
+    module = module_name(path)
+    assert not imports_of_other_fronts(path.read_text(encoding="utf-8"), module)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        pytest.param("proxy.server.forward", "from proxy.server import upstream\n", [], id="own"),
+        pytest.param(
+            "proxy.server.app",
+            "from proxy.admission.exchange import Exchange\n",
+            [],
+            id="exchange",
+        ),
+        pytest.param(
+            "proxy.server.websocket",
+            "from proxy.extproc import exchange\n",
+            ["proxy.server.websocket:1 imports proxy.extproc.exchange"],
+            id="http-imports-envoy",
+        ),
+        pytest.param(
+            "proxy.extproc.service",
+            "def f():\n    from ..server.forward import relay\n",
+            ["proxy.extproc.service:2 imports proxy.server.forward"],
+            id="envoy-imports-http",
+        ),
+    ],
+)
+def test_imports_of_other_fronts(module: str, source: str, expected: list[str]) -> None:
+    assert imports_of_other_fronts(source, module) == expected
+
+
 @pytest.mark.parametrize(
     ("module", "source", "expected"),
     [
@@ -226,6 +346,18 @@ def test_layer_imports_only_what_it_may(row: str) -> None:
             id="front-imports-running",
         ),
         pytest.param("proxy.running.cli", "from proxy.server import app\n", [], id="running"),
+        pytest.param(
+            "proxy.extproc.exchange",
+            "from proxy.server import forward\n",
+            ["proxy.extproc.exchange:1 imports proxy.server.forward"],
+            id="front-imports-front",
+        ),
+        pytest.param(
+            "proxy.admission.exchange",
+            "from proxy.server.forward import relay\n",
+            ["proxy.admission.exchange:1 imports proxy.server.forward"],
+            id="exchange-imports-front",
+        ),
         pytest.param(
             "proxy.admission.tap",
             "from . import body\nfrom ..server import app\n",

@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.gate.reasons import Outcome
+
 
 @dataclass
 class Access:
@@ -20,9 +22,9 @@ class Access:
     route: str | None = None
     tenant: str | None = None
     upstream: str | None = None
-    # forward | strip | rewrite | block | error (`code` says which) | admin | client_gone (it
-    # hung up first) | upstream_cut (the upstream failed after the answer began)
-    outcome: str | None = None
+    # forward, strip, rewrite, block, error (`code` says which), admin, client_gone (it hung up
+    # first) or upstream_cut (the upstream failed after the answer began)
+    outcome: Outcome | None = None
     code: str | None = None
     status: int | None = None
     bytes: int = 0
@@ -36,7 +38,7 @@ class Access:
     def failed(self, code: str) -> None:
         """The proxy answered with an error of its own."""
         self.code = code
-        self.outcome = "block" if code == "replay_rejected" else "error"
+        self.outcome = Outcome.BLOCK if code == "replay_rejected" else Outcome.ERROR
 
     def fields(self) -> dict[str, Any]:
         """The access line's fields, in the order the text line shows them."""

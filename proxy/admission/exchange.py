@@ -34,6 +34,7 @@ from proxy.admission.tenants import credential_of, ledger_key, tenant_for
 from proxy.config import Config
 from proxy.gate.errors import ProxyError
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.state.audit import Relayed
 from proxy.state.metrics import Metrics
 
@@ -78,7 +79,7 @@ def read_target(raw_target: str, metrics: Metrics) -> targets.Target:
     try:
         return targets.read_target(raw_target)
     except targets.TargetError as exc:
-        metrics.count(ANY_ROUTE, "invalid_target", NO_UPSTREAM)
+        metrics.count(ANY_ROUTE, Outcome.INVALID_TARGET, NO_UPSTREAM)
         raise ProxyError(400, "invalid_request_target", str(exc)) from None
 
 
@@ -126,7 +127,7 @@ class Exchange:
         self.matched: Mapping[str, str] = {}  # the headers routes match on
         self.route = ANY_ROUTE  # the metrics' route label
         self.upstream: str | None = None  # the name of the upstream it goes to
-        self.outcome: str | None = None
+        self.outcome: Outcome | None = None
         self.recording: Recording | None = None
         self.tap: ResponseTap | None = None
         self.added: Mapping[str, str] = {}  # to the answer (`x-replay-gate`)
@@ -151,13 +152,13 @@ class Exchange:
             self.target = mounted = routing.mounted(routes, target)
         except targets.TargetError as exc:
             raise self.refuse(
-                ProxyError(400, "invalid_request_target", str(exc)), "invalid_target"
+                ProxyError(400, "invalid_request_target", str(exc)), Outcome.INVALID_TARGET
             ) from None
         gated = mounted.gated
         behind_envoy = self.transport == "extproc"
         if mounted.own and not behind_envoy:
             message = f"{method} {mounted.path}: no such admin endpoint; /-/ is never forwarded"
-            raise self.refuse(ProxyError(404, "not_found", message), "not_found")
+            raise self.refuse(ProxyError(404, "not_found", message), Outcome.NOT_FOUND)
         reads = method == "GET" and targets.reads_response(mounted.path)
         if behind_envoy and gated is None and not reads:
             self.state = State.PASSED
@@ -165,7 +166,7 @@ class Exchange:
         try:
             self.tenant = tenant_for(credential_of(values), self.config)
         except ProxyError as exc:
-            raise self.refuse(exc, "unauthorized") from None
+            raise self.refuse(exc, Outcome.UNAUTHORIZED) from None
         self.matched = routing.route_headers(routes, values)
         # Behind Envoy any upgrade to a WebSocket is refused; `serve` upgrades a GET's only.
         upgrade = any(v.lower() == "websocket" for v in values("upgrade"))
@@ -204,7 +205,7 @@ class Exchange:
         except ProxyError as exc:
             raise self.refuse(exc) from None
         self.upstream = routed.upstream
-        self.outcome = "forward"
+        self.outcome = Outcome.FORWARD
         assert self.target is not None
         if method == "GET" and targets.reads_response(self.target.path):
             self.recording = Recording(
@@ -353,13 +354,15 @@ class Exchange:
     def counted(self) -> None:
         """The request went upstream and its answer began: counted, once, under its outcome."""
         self.services.metrics.count(
-            self.route, self.outcome or "forward", self.upstream or NO_UPSTREAM
+            self.route, self.outcome or Outcome.FORWARD, self.upstream or NO_UPSTREAM
         )
 
     def upstream_failed(self) -> None:
         """No answer could be had from the upstream."""
         self.state = State.ANSWERED
-        self.services.metrics.count(self.route, "upstream_error", self.upstream or NO_UPSTREAM)
+        self.services.metrics.count(
+            self.route, Outcome.UPSTREAM_ERROR, self.upstream or NO_UPSTREAM
+        )
 
     def answer_head(
         self, status: int, content_type: str, content_encoding: str, length: int | None
@@ -395,7 +398,7 @@ class Exchange:
     def refuse(
         self,
         failure: ProxyError,
-        outcome: str = "invalid",
+        outcome: Outcome = Outcome.INVALID,
         route: str = ANY_ROUTE,
         upstream: str = NO_UPSTREAM,
     ) -> ProxyError:

@@ -26,6 +26,7 @@ from proxy.gate.errors import ProxyError
 from proxy.gate.findings import Finding
 from proxy.gate.pairing import NOTHING_RECORDED
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Bounds, Verdict, inspect, over_limit, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
@@ -100,7 +101,7 @@ class Forward:
     data: bytes
     drop_headers: frozenset[str]  # of the client's, lower-case, beyond the hop's own
     add_headers: Mapping[str, str]  # to the answer relayed back (`x-replay-gate`)
-    outcome: Literal["forward", "strip", "rewrite"]
+    outcome: Outcome  # forward, strip or rewrite
     record: bool  # the upstream's answer is a response the ledger records
     # What the response it creates is recorded with: the input that passed, the tools offered.
     context: Context = NO_CONTEXT
@@ -152,7 +153,7 @@ async def admit(
         parsed = body.parse(decoded)
         routed = _route(request, config, parsed)
     except ProxyError as exc:
-        metrics.count(label, "invalid", request.upstream or "-")
+        metrics.count(label, Outcome.INVALID, request.upstream or "-")
         return answer_to(exc)
     upstream = routed.upstream
     policy = routed.policy
@@ -180,10 +181,10 @@ async def admit(
             changed = True
     except LedgerFault:
         # The proxy's fault, not the request's: a 503 the SDKs retry, never an `orphan`.
-        metrics.count(label, "ledger_unavailable", upstream)
+        metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream)
         return answer_to(LEDGER_UNAVAILABLE)
     except ProxyError as exc:
-        metrics.count(label, "invalid", upstream)
+        metrics.count(label, Outcome.INVALID, upstream)
         return answer_to(exc)
     bounds = bounds_of(config)
     verdict = await _inspect(parsed, policy, view, metrics, _caches(caches, policy), bounds)
@@ -194,7 +195,7 @@ async def admit(
         data = body.dumps(_sent(parsed, verdict))
         if len(data) > limit and verdict.outcome == "forward":
             # Grown by its route alone (a conversation inlined): too large to send, as if sent.
-            metrics.count(label, "invalid", upstream)
+            metrics.count(label, Outcome.INVALID, upstream)
             return answer_to(_too_large(len(data), limit))
         if len(data) > limit:
             verdict = verdict.blocked(over_limit(verdict, str(len(data)), limit))
@@ -202,7 +203,7 @@ async def admit(
         _audit(request, asked, verdict, audit_log, metrics, upstream, policy)
     metrics.gate_seconds.observe(time.perf_counter() - started)
     if verdict.outcome == "block":
-        metrics.count(label, "block", upstream)
+        metrics.count(label, Outcome.BLOCK, upstream)
         blocked = rejection(verdict, request_id=request.request_id)
         return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()
@@ -215,12 +216,11 @@ async def admit(
     # response: the relay must not wait for one to record with this context.
     record = request.transport != "websocket" or parsed.get("type") in (None, "response.create")
     if data is not None:
-        outcome = "forward" if verdict.outcome == "forward" else verdict.outcome
         return Forward(
             data,
             _DECODED,
             added,
-            outcome,
+            verdict.outcome,
             record,
             recorded,
             findings=verdict.findings,
@@ -234,7 +234,7 @@ async def admit(
         decoded,
         _DECODED,
         added,
-        "forward",
+        Outcome.FORWARD,
         record,
         recorded,
         findings=verdict.findings,

@@ -18,9 +18,9 @@ from proxy.gate.schemas import (
     MAX_VIOLATIONS,
     Compiled,
     SchemaLimitError,
-    Tally,
     UnusableSchema,
     Violation,
+    ViolationTally,
     pointer,
 )
 
@@ -41,7 +41,7 @@ def check_arguments(
         return Failed(Reason.ARGUMENTS_PARSE)
     if not schemas:
         return Failed(Reason.UNKNOWN_TOOL)
-    found = Tally(max_violations)
+    found = ViolationTally(max_violations)
     with allowance.spend() if allowance is not None else nullcontext(None) as deadline:
         for schema in schemas:
             if isinstance(schema, UnusableSchema):

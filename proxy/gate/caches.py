@@ -11,17 +11,17 @@ from proxy.gate.portable import ItemSchemas, PortableCache, item_schemas
 from proxy.gate.schemas import LRU, SchemaCache
 
 
-class Judged(Enum):
+class CachedPass(Enum):
     """What the verdict cache holds for arguments that passed (a miss is None)."""
 
     PASSED = "passed"
 
 
-PASSED = Judged.PASSED
+PASSED = CachedPass.PASSED
 
 # The schemas' keys, the violations listed at most, the arguments.
 VerdictKey = tuple[tuple[int, ...], int, str]
-CachedVerdict = Failed | Literal[Judged.PASSED]
+CachedVerdict = Failed | Literal[CachedPass.PASSED]
 
 
 class GateCaches:

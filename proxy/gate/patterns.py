@@ -104,7 +104,7 @@ def translate(source: str) -> str:
 
 def _translate(source: str) -> tuple[str, int]:
     """The translation and the nodes its counted repeats add when `regex` unrolls them."""
-    parser = _Parser(source)
+    parser = _PatternParser(source)
     try:
         out, _ = parser.disjunction()
     except RecursionError:
@@ -176,7 +176,7 @@ _ESCAPE_SETS = {
 }
 
 
-class _Parser:
+class _PatternParser:
     """Recursive descent over ECMA-262's Pattern grammar (§22.2.1, `u` flag); each method
     returns the `regex` text and its size in nodes once unrolled. `unrolled` sums the nodes
     that counted repeats add."""

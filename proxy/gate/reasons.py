@@ -1,4 +1,5 @@
-"""The gate's words: why an item fails (`Reason`), and what a finding does (`Action`, `Outcome`)."""
+"""The gate's words: why an item fails (`Reason`), what a finding does (`Action`), and what
+became of a request (`Outcome`)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,33 @@ class Reason(StrEnum):
 
 Action = Literal["block", "strip", "rewrite", "log"]
 
-Outcome = Literal["forward", "rewrite", "strip", "block"]
+
+class Outcome(StrEnum):
+    """What became of a request. A member is its own string: the `outcome` label of
+    `replay_proxy_requests_total`, the access line's `outcome`, `check`'s summary and the audit
+    report write and compare the value."""
+
+    # The gate's verdicts (`Verdict.outcome`); a request it does not gate is forwarded too.
+    FORWARD = "forward"
+    STRIP = "strip"
+    REWRITE = "rewrite"
+    BLOCK = "block"
+    # Answered by the proxy, counted: a body it could not read, a target that is none, a path
+    # under `/-/` that is no admin endpoint, a client without a listed key, the ledger out of
+    # reach (503), no answer from the upstream.
+    INVALID = "invalid"
+    INVALID_TARGET = "invalid_target"
+    NOT_FOUND = "not_found"
+    UNAUTHORIZED = "unauthorized"
+    LEDGER_UNAVAILABLE = "ledger_unavailable"
+    UPSTREAM_ERROR = "upstream_error"
+    # The access line's own: an error answer (its `code` says which), an admin endpoint, the
+    # client hung up first, the upstream failed after the answer began.
+    ERROR = "error"
+    ADMIN = "admin"
+    CLIENT_GONE = "client_gone"
+    UPSTREAM_CUT = "upstream_cut"
+
 
 ACTIONS: tuple[Action, ...] = ("block", "strip", "rewrite", "log")
 

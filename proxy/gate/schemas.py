@@ -150,11 +150,11 @@ class Compiled:
 
     def violations(self, instance: Any, deadline: float | None = None) -> tuple[Violation, ...]:
         """Every way `instance` fails the schema (see `tally`)."""
-        found = Tally()
+        found = ViolationTally()
         self.tally(instance, found, deadline)
         return found.listed
 
-    def tally(self, instance: Any, found: Tally, deadline: float | None = None) -> None:
+    def tally(self, instance: Any, found: ViolationTally, deadline: float | None = None) -> None:
         """Add every way `instance` fails the schema to `found`.
 
         A validation still running at `deadline` (`time.monotonic()`) stops, and fails with
@@ -175,7 +175,7 @@ class Compiled:
             found.add([Violation("", spent.spent)])
 
 
-class Tally:
+class ViolationTally:
     """Violations as they are found, each distinct one (by path and keyword) once: the first
     `limit` listed whole, every later one only counted, never rendered (its `expected` is not
     read: an enum of a kilobyte failed by thousands of values costs a count each).

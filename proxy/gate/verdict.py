@@ -121,7 +121,7 @@ class Verdict:
         findings = tuple(
             f if f.action in ("block", "log") else replace(f, action="block") for f in self.findings
         )
-        return Verdict("block", findings, bounds=self.bounds, note=note)
+        return Verdict(Outcome.BLOCK, findings, bounds=self.bounds, note=note)
 
 
 def inspect(
@@ -138,12 +138,12 @@ def inspect(
     pass theirs); without it this request's are forgotten when it is done. `bounds` caps what
     the verdict lists (its cost too: violations past the cap are counted, never rendered)."""
     if not isinstance(body, dict):
-        return Verdict("forward")
+        return Verdict(Outcome.FORWARD)
     input_items = body.get("input")
     chat = isinstance(body.get(MESSAGES), list)
     if not isinstance(input_items, list):
         if not chat:
-            return Verdict("forward")
+            return Verdict(Outcome.FORWARD)
         input_items = []
     if caches is None:
         caches = GateCaches.for_policy(policy)
@@ -179,28 +179,28 @@ class _Inspection:
         findings = list(self.iter_findings())
         bounds = self.bounds
         if not findings:
-            return Verdict("forward", bounds=bounds)
+            return Verdict(Outcome.FORWARD, bounds=bounds)
         # Stripping an output whose call lives only upstream would leave a dangling call; an
         # output whose kind has no string `output` for the failure record cannot be rewritten.
         escalated = {f.index for f in findings if self.dangles(f) or self.unrewritable(f)}
         if escalated:
             findings = [replace(f, action="block") if f.index in escalated else f for f in findings]
         if any(f.action == "block" for f in findings):
-            return Verdict("block", tuple(findings), bounds=bounds)
+            return Verdict(Outcome.BLOCK, tuple(findings), bounds=bounds)
         without = frozenset(
             f.param for f in findings if f.action == "strip" and f.param is not None
         )
         # A body without an `input` list (a Chat Completions one) is given none.
         changed = self.changed(findings) if isinstance(self.body.get("input"), list) else None
         if isinstance(changed, _TooLarge):
-            verdict = Verdict("rewrite", tuple(findings), bounds=bounds)
+            verdict = Verdict(Outcome.REWRITE, tuple(findings), bounds=bounds)
             said = over_limit(verdict, f"more than {changed.size}", changed.limit)
             return verdict.blocked(said)
         if any(f.action == "strip" for f in findings):
-            return Verdict("strip", tuple(findings), changed, bounds, without)
+            return Verdict(Outcome.STRIP, tuple(findings), changed, bounds, without)
         if any(f.action == "rewrite" for f in findings):
-            return Verdict("rewrite", tuple(findings), changed, bounds)
-        return Verdict("forward", tuple(findings), bounds=bounds)
+            return Verdict(Outcome.REWRITE, tuple(findings), changed, bounds)
+        return Verdict(Outcome.FORWARD, tuple(findings), bounds=bounds)
 
     def iter_findings(self) -> Iterator[Finding]:
         """Every finding of the body, in its order: the body's own, then each item's."""
@@ -499,7 +499,11 @@ def listed(findings: Sequence[Finding], limit: int) -> tuple[tuple[Finding, ...]
 
 def over_limit(verdict: Verdict, size: str, limit: int) -> str:
     """Why a body the gate changed is blocked instead: it would be `size` bytes, over `limit`."""
-    done = "with its outputs rewritten" if verdict.outcome == "rewrite" else "as the gate left it"
+    done = (
+        "with its outputs rewritten"
+        if verdict.outcome is Outcome.REWRITE
+        else "as the gate left it"
+    )
     return (
         f"the body {done} would be {size} bytes, over limits.max_body_bytes ({limit}): "
         "blocked instead"

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from proxy.running.report import Entry, Unreadable, iter_entries, key, printable, shown
+from proxy.running.report import Entry, UnreadableLine, iter_entries, key, printable, shown
 
 POLL_S = 0.2
 _RECORD_FIELDS = ("ts", "action", "request_id", "path")
@@ -40,9 +40,9 @@ def describe_finding(finding: dict[str, Any]) -> str:
     return f"{where}: {detail}"
 
 
-def describe(entry: Entry | Unreadable) -> Iterator[str]:
+def describe(entry: Entry | UnreadableLine) -> Iterator[str]:
     """A record as readable lines, one per finding; a line that is not a record says so."""
-    if isinstance(entry, Unreadable):
+    if isinstance(entry, UnreadableLine):
         yield printable(f"{entry.file}:{entry.line}: unreadable: {entry.reason}")
         return
     rec = entry.record
@@ -112,7 +112,7 @@ def iter_follow(
         sleep(POLL_S)
 
 
-def _renumbered(entry: Entry | Unreadable, number: int) -> Entry | Unreadable:
-    if isinstance(entry, Unreadable):
-        return Unreadable(entry.file, number, entry.reason)
+def _renumbered(entry: Entry | UnreadableLine, number: int) -> Entry | UnreadableLine:
+    if isinstance(entry, UnreadableLine):
+        return UnreadableLine(entry.file, number, entry.reason)
     return Entry(entry.file, number, entry.record)

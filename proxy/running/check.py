@@ -18,12 +18,17 @@ from proxy.gate.policy import Policy
 from proxy.gate.reasons import Outcome, Reason
 from proxy.gate.records import read_finding
 from proxy.gate.verdict import inspect
-from proxy.running.documents import Document, Unreadable
+from proxy.running.documents import Document, UnreadableDocument
 
 # Exit codes, as `check --help` and docs/check.md say them.
 CLEAN, FINDINGS, UNREADABLE = 0, 1, 2
 
-_STRICTER: dict[Outcome, int] = {"forward": 0, "rewrite": 1, "strip": 2, "block": 3}
+_STRICTER: dict[Outcome, int] = {
+    Outcome.FORWARD: 0,
+    Outcome.REWRITE: 1,
+    Outcome.STRIP: 2,
+    Outcome.BLOCK: 3,
+}
 # The reasons whose recorded finding depends only on the call's arguments and its tool's schema:
 # an audit record that kept the arguments is judged again against the pinned schema.
 _ARGUMENT_REASONS = frozenset(
@@ -236,9 +241,9 @@ def _via(document: Document, where: str) -> str:
 
 
 def _strictest(findings: Iterable[Finding]) -> Outcome:
-    outcome: Outcome = "forward"
+    outcome = Outcome.FORWARD
     for f in findings:
-        action: Outcome = "forward" if f.action == "log" else f.action
+        action = Outcome.FORWARD if f.action == "log" else Outcome(f.action)
         if _STRICTER[action] > _STRICTER[outcome]:
             outcome = action
     return outcome
@@ -267,7 +272,7 @@ def _shown(value: Any) -> str:
 
 
 @dataclass
-class Tally:
+class CheckTally:
     """What the summary counts: documents, findings by reason and tool, unreadable input."""
 
     documents: int = 0
@@ -328,7 +333,7 @@ def iter_json(checked: Checked) -> Iterator[str]:
         )
 
 
-def iter_summary(tally: Tally) -> Iterator[str]:
+def iter_summary(tally: CheckTally) -> Iterator[str]:
     """The findings counted by reason and tool, then the totals."""
     if tally.by_reason_tool:
         rows = sorted(tally.by_reason_tool.items(), key=lambda row: (-row[1], row[0]))
@@ -349,5 +354,5 @@ def iter_summary(tally: Tally) -> Iterator[str]:
     yield line
 
 
-def report_unreadable(unreadable: Unreadable) -> str:
+def report_unreadable(unreadable: UnreadableDocument) -> str:
     return f"replay-proxy: {unreadable}"

@@ -22,7 +22,7 @@ from proxy.config import Config
 from proxy.running.audit_tail import iter_follow, read_last
 from proxy.running.check import (
     Checker,
-    Tally,
+    CheckTally,
     iter_json,
     iter_lines,
     iter_summary,
@@ -30,11 +30,10 @@ from proxy.running.check import (
 )
 from proxy.running.config_file import iter_defaults, load_config
 from proxy.running.config_review import iter_unreachable, iter_warnings
-from proxy.running.documents import WRAPPERS, iter_documents
-from proxy.running.documents import Unreadable as UnreadableInput
+from proxy.running.documents import WRAPPERS, UnreadableDocument, iter_documents
 from proxy.running.report import (
     Entry,
-    Unreadable,
+    UnreadableLine,
     find_records,
     iter_entries,
     read_judged,
@@ -48,7 +47,7 @@ from proxy.state.audit import GENESIS, verify
 from proxy.state.workers import WorkerSlot
 
 
-class _Parser(argparse.ArgumentParser):
+class _CommandParser(argparse.ArgumentParser):
     """argparse, except that a bad value is one line naming the flag, not the usage text (a
     missing or unknown argument still shows the usage, which says what is expected)."""
 
@@ -66,7 +65,7 @@ def package_version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(prog="replay-proxy", description=__doc__)
+    parser = _CommandParser(prog="replay-proxy", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -452,16 +451,16 @@ def run_check(
 
 
 def check_files(paths: Sequence[str], checker: Checker, *, as_json: bool) -> int:
-    tally = Tally()
+    tally = CheckTally()
     for path in paths:
         for name, data in _read_inputs(path):
-            if isinstance(data, UnreadableInput):
+            if isinstance(data, UnreadableDocument):
                 tally.unreadable += 1
                 sys.stdout.flush()
                 print(report_unreadable(data), file=sys.stderr)  # noqa: T201
                 continue
             for document in iter_documents(name, data):
-                if isinstance(document, UnreadableInput):
+                if isinstance(document, UnreadableDocument):
                     tally.unreadable += 1
                     sys.stdout.flush()
                     print(report_unreadable(document), file=sys.stderr)  # noqa: T201
@@ -475,7 +474,7 @@ def check_files(paths: Sequence[str], checker: Checker, *, as_json: bool) -> int
     return tally.exit_code()
 
 
-def _read_inputs(path: str) -> Iterator[tuple[str, bytes | UnreadableInput]]:
+def _read_inputs(path: str) -> Iterator[tuple[str, bytes | UnreadableDocument]]:
     """The bytes of `-` (stdin), of a file, or of each file a glob matches, in name order."""
     if path == "-":
         yield "<stdin>", sys.stdin.buffer.read()
@@ -484,14 +483,14 @@ def _read_inputs(path: str) -> Iterator[tuple[str, bytes | UnreadableInput]]:
     if glob.has_magic(path) and not os.path.exists(path):
         names = sorted(glob.glob(path, recursive=True))
         if not names:
-            yield path, UnreadableInput(path, None, "no file matches")
+            yield path, UnreadableDocument(path, None, "no file matches")
             return
     for name in names:
         try:
             with open(name, "rb") as f:
                 yield name, f.read()
         except OSError as exc:
-            yield name, UnreadableInput(name, None, f"cannot read: {exc.strerror}")
+            yield name, UnreadableDocument(name, None, f"cannot read: {exc.strerror}")
 
 
 def run_hash_key() -> int:
@@ -636,7 +635,7 @@ def run_audit_report(
     """Exit 0 when every line was a record, 1 when some were not (named, the rest counted),
     2 when a file cannot be read. With `request_id`: 0 when a record has it, 1 when none has."""
     names = ["<stdin>" if path == "-" else path for path in paths]
-    entries: list[Entry | Unreadable] = []
+    entries: list[Entry | UnreadableLine] = []
     for path, name in zip(paths, names, strict=True):
         try:
             with _open_binary(path) as f:

@@ -55,7 +55,7 @@ class Document:
 
 
 @dataclass(frozen=True)
-class Unreadable:
+class UnreadableDocument:
     """A file, line or element that could not be read as a document, and why."""
 
     file: str
@@ -73,20 +73,20 @@ class Unreadable:
         return f"{place}: {self.reason}"
 
 
-def iter_documents(name: str, data: bytes) -> Iterator[Document | Unreadable]:
+def iter_documents(name: str, data: bytes) -> Iterator[Document | UnreadableDocument]:
     """The documents of one file: one JSON value, or JSON Lines of them. A line that cannot be
-    read is yielded as Unreadable and the next one read."""
+    read is yielded as UnreadableDocument and the next one read."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        yield Unreadable(name, None, f"invalid UTF-8 at byte {exc.start}")
+        yield UnreadableDocument(name, None, f"invalid UTF-8 at byte {exc.start}")
         return
     # JSON Lines ends a line at "\n" only: a raw U+2028 or NEL inside a string is part of the
     # string (str.splitlines would cut there). A "\r" before it is JSON whitespace.
     lines = text.split("\n")
     filled = [i for i, line in enumerate(lines) if not _blank(line)]
     if not filled:
-        yield Unreadable(name, None, "no JSON document in the file")
+        yield UnreadableDocument(name, None, "no JSON document in the file")
         return
     # A .jsonl file is JSON Lines even when it has one line: its findings name that line.
     if not name.endswith(JSON_LINES):
@@ -96,7 +96,7 @@ def iter_documents(name: str, data: bytes) -> Iterator[Document | Unreadable]:
             # JSON Lines when its first line is a value of its own, or (that one broken) its
             # second.
             if not any(_parses(lines[i]) for i in filled[:2]) or len(filled) < 2:
-                yield Unreadable(name, None, str(exc))
+                yield UnreadableDocument(name, None, str(exc))
                 return
         else:
             yield from _read(name, None, whole, text)
@@ -107,7 +107,7 @@ def iter_documents(name: str, data: bytes) -> Iterator[Document | Unreadable]:
         try:
             value = strictjson.loads(line)
         except strictjson.StrictJSONError as exc:
-            yield Unreadable(name, number, exc.reason, column=exc.colno)
+            yield UnreadableDocument(name, number, exc.reason, column=exc.colno)
             continue
         yield from _read(name, number, value, None)
 
@@ -127,15 +127,15 @@ def _parses(line: str) -> bool:
 
 def _read(
     name: str, line: int | None, value: Any, text: str | None
-) -> Iterator[Document | Unreadable]:
+) -> Iterator[Document | UnreadableDocument]:
     """The documents of one JSON value: itself, or each element of an array of documents."""
     if isinstance(value, list) and value and all(_is_document(v) for v in value):
         # An array of documents, not of items. A whole file's array names each element's line.
         starts = _element_lines(text) if text is not None else [line] * len(value)
         for element, (start, v) in enumerate(zip(starts, value, strict=True)):
             for found in _found(name, start, v):
-                if isinstance(found, Unreadable):
-                    yield Unreadable(name, start, found.reason, element)
+                if isinstance(found, UnreadableDocument):
+                    yield UnreadableDocument(name, start, found.reason, element)
                 else:
                     yield _at(found, element, in_lines=text is None)
         return
@@ -156,19 +156,21 @@ def _at(document: Document, element: int, *, in_lines: bool) -> Document:
     )
 
 
-def _found(name: str, line: int | None, value: Any) -> Iterator[Document | Unreadable]:
+def _found(name: str, line: int | None, value: Any) -> Iterator[Document | UnreadableDocument]:
     if isinstance(value, list):
         yield Document(name, line, None, "items", {"input": value})
         return
     if not isinstance(value, dict):
-        yield Unreadable(name, line, _NOT_A_DOCUMENT)
+        yield UnreadableDocument(name, line, _NOT_A_DOCUMENT)
         return
     found = list(_classify(value, None, 0))
     if not found:
-        yield Unreadable(name, line, _NOT_A_DOCUMENT)
+        yield UnreadableDocument(name, line, _NOT_A_DOCUMENT)
     for kind, body, via, tools, reversed_ in found:
         if kind == "request" and "input" in body and not isinstance(body["input"], list | str):
-            yield Unreadable(name, line, "`input` is neither an array of items nor a string")
+            yield UnreadableDocument(
+                name, line, "`input` is neither an array of items nor a string"
+            )
             continue
         yield Document(name, line, None, kind, body, via, tools, reversed_)
 

@@ -44,7 +44,7 @@ EMITTED = "emitted_call_rejected"
 
 
 @dataclass(frozen=True)
-class Unreadable:
+class UnreadableLine:
     """A line that is not an audit record: its file, its line number and why."""
 
     file: str
@@ -61,7 +61,7 @@ class Entry:
     record: dict[str, Any]
 
 
-def iter_entries(name: str, lines: Iterable[bytes]) -> Iterator[Entry | Unreadable]:
+def iter_entries(name: str, lines: Iterable[bytes]) -> Iterator[Entry | UnreadableLine]:
     """Each line of an audit file (with its newline; the last may lack one) as a record or not."""
     for number, raw in enumerate(lines, 1):
         line = raw.removesuffix(b"\n").removesuffix(b"\r")
@@ -69,12 +69,14 @@ def iter_entries(name: str, lines: Iterable[bytes]) -> Iterator[Entry | Unreadab
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):
-            yield Unreadable(name, number, ("blank line" if not line.strip() else "not JSON") + cut)
+            yield UnreadableLine(
+                name, number, ("blank line" if not line.strip() else "not JSON") + cut
+            )
             continue
         if not isinstance(value, dict):
-            yield Unreadable(name, number, "not a JSON object")
+            yield UnreadableLine(name, number, "not a JSON object")
         elif not isinstance(value.get("findings"), list):
-            yield Unreadable(name, number, "not an audit record: no findings array")
+            yield UnreadableLine(name, number, "not an audit record: no findings array")
         else:
             yield Entry(name, number, value)
 
@@ -107,7 +109,7 @@ def timestamp(value: Any) -> datetime | None:
 
 
 @dataclass(frozen=True)
-class Tally:
+class CountRow:
     """One row of a count: records (requests) that had at least one such finding, and findings."""
 
     key: str | None
@@ -153,7 +155,7 @@ class ModelCalls:
 
 
 @dataclass(frozen=True)
-class Judged:
+class JudgedRequests:
     """The requests the gate judged, from a saved scrape of `/-/metrics`: the samples of
     `replay_proxy_requests_total` on a gated route (not `passthrough`, not `any`) whose outcome
     is a verdict (forward, strip, rewrite, block), summed by outcome."""
@@ -170,7 +172,7 @@ class Judged:
         return self.outcomes.get("block", 0)
 
 
-def read_judged(source: str, text: str) -> Judged:
+def read_judged(source: str, text: str) -> JudgedRequests:
     """The requests judged that a Prometheus text scrape counts; ValueError when it is not one
     or counts none (a scrape of another service, or of a proxy that judged nothing yet)."""
     outcomes = dict.fromkeys(JUDGED, 0)
@@ -188,7 +190,7 @@ def read_judged(source: str, text: str) -> Judged:
         raise ValueError(f"not a Prometheus text scrape of /-/metrics: {exc}") from None
     if not found:
         raise ValueError("no replay_proxy_requests_total in it: not a scrape of /-/metrics")
-    return Judged(source, outcomes)
+    return JudgedRequests(source, outcomes)
 
 
 @dataclass(frozen=True)
@@ -212,13 +214,13 @@ class Summary:
     files: tuple[str, ...]
     records: int
     findings: int
-    events: tuple[Tally, ...]
-    reasons: tuple[Tally, ...]
-    tools: tuple[Tally, ...]
-    tenants: tuple[Tally, ...]
-    upstreams: tuple[Tally, ...]
-    actions: tuple[Tally, ...]
-    request_paths: tuple[Tally, ...]
+    events: tuple[CountRow, ...]
+    reasons: tuple[CountRow, ...]
+    tools: tuple[CountRow, ...]
+    tenants: tuple[CountRow, ...]
+    upstreams: tuple[CountRow, ...]
+    actions: tuple[CountRow, ...]
+    request_paths: tuple[CountRow, ...]
     first: datetime | None
     last: datetime | None
     # The width of a time bucket, and its name ("5 seconds", "hour").
@@ -230,7 +232,7 @@ class Summary:
     top_paths: tuple[tuple[str | None, str | None, str | None, int], ...]
     per_tool: tuple[ToolReport, ...]
     would_block: WouldBlock
-    unreadable: tuple[Unreadable, ...]
+    unreadable: tuple[UnreadableLine, ...]
     model_calls: ModelCalls
     headline: Headline
     # Each reason's first few distinct finding messages, the reasons ranked as in `reasons`.
@@ -239,7 +241,7 @@ class Summary:
     listed: tuple[Entry, ...]
     # Tenant fingerprint -> name, from the config's `tenants:`.
     tenant_names: Mapping[str, str] = field(default_factory=dict)
-    judged: Judged | None = None
+    judged: JudgedRequests | None = None
 
     def tenant(self, value: str | None) -> str:
         """A tenant as the report shows it: its name and fingerprint when it has a name."""
@@ -260,9 +262,9 @@ class _Counts:
         self.requests[k] += 1
         self.findings[k] += findings
 
-    def tallies(self) -> tuple[Tally, ...]:
+    def tallies(self) -> tuple[CountRow, ...]:
         return tuple(
-            Tally(k, self.requests[k], n) for k, n in _ranked(self.findings, self.requests)
+            CountRow(k, self.requests[k], n) for k, n in _ranked(self.findings, self.requests)
         )
 
 
@@ -289,15 +291,15 @@ def bucket_width(first: datetime, last: datetime) -> tuple[timedelta, str]:
 
 def summarize(
     files: Iterable[str],
-    entries: Iterable[Entry | Unreadable],
+    entries: Iterable[Entry | UnreadableLine],
     *,
     tenants: Mapping[str, str] | None = None,
-    judged: Judged | None = None,
+    judged: JudgedRequests | None = None,
 ) -> Summary:
     """Sum the records of the report; unreadable lines are kept to be shown, not counted.
     `tenants` names fingerprints; `judged` is what a metrics scrape says was judged."""
     records = 0
-    unreadable: list[Unreadable] = []
+    unreadable: list[UnreadableLine] = []
     events, reasons, tools = _Counts(), _Counts(), _Counts()
     tenant_counts, upstreams, actions, request_paths = _Counts(), _Counts(), _Counts(), _Counts()
     dated: list[tuple[datetime, list[str | None]]] = []
@@ -318,7 +320,7 @@ def summarize(
     emitted_reasons: Counter[str | None] = Counter()
     emitted_tools: Counter[str | None] = Counter()
     for entry in entries:
-        if isinstance(entry, Unreadable):
+        if isinstance(entry, UnreadableLine):
             unreadable.append(entry)
             continue
         rec = entry.record
@@ -451,7 +453,7 @@ def summarize(
     )
 
 
-def find_records(entries: Iterable[Entry | Unreadable], request_id: str) -> Iterator[Entry]:
+def find_records(entries: Iterable[Entry | UnreadableLine], request_id: str) -> Iterator[Entry]:
     """The records of one request id (a replay's and door 2's may share it), as read."""
     for entry in entries:
         if isinstance(entry, Entry) and entry.record.get("request_id") == request_id:
@@ -493,7 +495,7 @@ def iter_headline(summary: Summary) -> Iterator[str]:
 
 
 def _table(
-    title: str, rows: Iterable[Tally], label: Callable[[str | None], str] = shown
+    title: str, rows: Iterable[CountRow], label: Callable[[str | None], str] = shown
 ) -> Iterator[str]:
     named = [(label(r.key), r) for r in rows]
     width = max([len(title), *(len(name) for name, _ in named)])

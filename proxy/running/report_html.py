@@ -12,9 +12,9 @@ from proxy.running.report import (
     EMITTED,
     MAX_LISTED,
     NONE,
+    CountRow,
     Entry,
     Summary,
-    Tally,
     bucket_label,
     iso,
     key,
@@ -108,7 +108,7 @@ def colours(summary: Summary) -> dict[str | None, str]:
 
 
 def _tally_table(
-    title: str, rows: Iterable[Tally], label: Callable[[str | None], str] = shown
+    title: str, rows: Iterable[CountRow], label: Callable[[str | None], str] = shown
 ) -> Iterator[str]:
     yield (
         f'<table><tr><th>{_e(title)}</th><th class="n">requests</th>'

@@ -13,6 +13,7 @@ from aiohttp.typedefs import Handler
 
 from proxy.admission.access import Access
 from proxy.admission.ids import new_request_id
+from proxy.gate.reasons import Outcome
 from proxy.server.keys import REQUEST_ID
 from proxy.server.tracing import TRACING
 
@@ -72,7 +73,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                 # The client hung up before its answer was whole (a WebSocket's end, once
                 # upgraded, is its close, however it comes).
                 if access.status != 101:
-                    access.outcome = "client_gone"
+                    access.outcome = Outcome.CLIENT_GONE
                 raise
             finally:
                 if span is not None and tracing is not None:
@@ -86,7 +87,7 @@ def _answered(access: Access, response: web.StreamResponse) -> None:
     access.status = response.status
     if access.route is None and access.path.startswith("/-/"):
         access.route = "admin"
-        access.outcome = access.outcome or "admin"
+        access.outcome = access.outcome or Outcome.ADMIN
     if not response.prepared and isinstance(response, web.Response):
         # The proxy's own answer, sent once the handler returns: its body is whole already.
         access.bytes = response.content_length or 0

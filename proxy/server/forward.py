@@ -13,6 +13,7 @@ from multidict import CIMultiDict
 
 from proxy.admission.access import Access
 from proxy.admission.exchange import Exchange
+from proxy.gate.reasons import Outcome
 from proxy.server.headers import relayed_headers
 from proxy.server.tracing import Tracing
 from proxy.server.upstream import (
@@ -125,12 +126,12 @@ async def _stream(
         # The client hung up (aiohttp's ClientConnectionResetError is one): the upstream
         # connection is closed, not reused.
         log.info("%s client went away mid-answer: %s", request_id, what)
-        access.outcome = "client_gone"
+        access.outcome = Outcome.CLIENT_GONE
         answer.close()
         return response
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         log.warning("%s upstream failed mid-answer: %s: %r", request_id, what, exc)
-        access.outcome = "upstream_cut"
+        access.outcome = Outcome.UPSTREAM_CUT
         answer.close()
         if request.transport is not None:
             request.transport.close()

@@ -20,6 +20,7 @@ from proxy.admission.exchange import Exchange
 from proxy.admission.ids import new_request_id
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
+from proxy.gate.reasons import Outcome
 from proxy.server.access import ACCESS
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
@@ -107,7 +108,7 @@ async def relay_websocket_ungated(
     whichever side ends first to the other."""
     client, upstream = await _connect(request, current, to, target, exchange)
     exchange.counted()
-    request[ACCESS].outcome = "forward"
+    request[ACCESS].outcome = Outcome.FORWARD
     return await _relay(
         request,
         client,
@@ -258,7 +259,7 @@ async def relay_websocket(
     access.route = "websocket"
     target = exchange.target.gated + exchange.target.query
     client, upstream = await _connect(request, current, to, target)
-    access.outcome, access.frames = "forward", 0
+    access.outcome, access.frames = Outcome.FORWARD, 0
     tap = exchange.watch_turns()
     frames = _ClientFrames(app, exchange, access=access)
     return await _relay(

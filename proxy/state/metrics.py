@@ -27,6 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
+from proxy.gate.reasons import Outcome
 from proxy.state.worker_process import WorkerProcess
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -268,7 +269,7 @@ class Metrics:
         # them; a process of its own has prometheus-client's collectors read it at the scrape.
         self.process = WorkerProcess(self.registry) if multiprocess_dir is not None else None
 
-    def count(self, route: str, outcome: str, upstream: str) -> None:
+    def count(self, route: str, outcome: Outcome, upstream: str) -> None:
         """One request handled (`replay_proxy_requests_total`); `upstream` is `-` when none
         was chosen."""
         child = self._counted.get((route, outcome, upstream))

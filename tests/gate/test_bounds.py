@@ -12,9 +12,9 @@ from proxy.gate import schemas
 from proxy.gate.arguments import check_arguments
 from proxy.gate.findings import Finding
 from proxy.gate.policy import Policy
-from proxy.gate.reasons import Action, Reason
+from proxy.gate.reasons import Action, Outcome, Reason
 from proxy.gate.records import failure_record
-from proxy.gate.schemas import SchemaCache, Tally, Violation
+from proxy.gate.schemas import SchemaCache, Violation, ViolationTally
 from proxy.gate.verdict import (
     Bounds,
     Verdict,
@@ -65,7 +65,7 @@ TALLIES = [
 
 @pytest.mark.parametrize(("limit", "paths", "shown", "omitted"), TALLIES)
 def test_tally(limit: int | None, paths: list[str], shown: list[str], omitted: int) -> None:
-    found = Tally(limit)
+    found = ViolationTally(limit)
     for path in paths:
         reason = path if path == "validation_timeout" else "enum"
         found.add([Violation("" if reason != "enum" else "/" + path, reason)])
@@ -272,7 +272,7 @@ def test_messages_beside_input_are_found_with_the_input_findings() -> None:
     ],
 )
 def test_not_a_chat_completions_body(body: dict[str, Any]) -> None:
-    assert inspect(body, Policy()) == Verdict("forward")
+    assert inspect(body, Policy()) == Verdict(Outcome.FORWARD)
 
 
 REBUILT = [

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 from tests.builders import GLOBAL, call, message, only, output, request
 
@@ -78,4 +79,4 @@ NOT_REQUESTS = [
 
 @pytest.mark.parametrize("body", NOT_REQUESTS)
 def test_nothing_to_gate_is_forwarded(body: Any) -> None:
-    assert inspect(body, Policy()) == Verdict("forward")
+    assert inspect(body, Policy()) == Verdict(Outcome.FORWARD)

@@ -10,6 +10,7 @@ import pytest
 from proxy.gate import strictjson
 from proxy.gate.budget import is_multiple
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 
 DRAFT4 = "http://json-schema.org/draft-04/schema#"
@@ -85,7 +86,7 @@ def test_numbers_are_compared_exactly(
     }
     verdict = inspect(body, Policy(tools={"pay": parameters} if pinned else {}))
     if not fail:
-        assert verdict == Verdict("forward")
+        assert verdict == Verdict(Outcome.FORWARD)
         return
     [finding] = verdict.findings
     assert finding.reason == "arguments_schema"

@@ -9,6 +9,7 @@ import pytest
 
 from proxy.gate.patterns import MAX_UNROLLED, PatternError, compile_pattern
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 from proxy.running.config_file import parse_config
 from proxy.settings import ConfigError
@@ -140,7 +141,7 @@ def test_gate_reads_patterns_as_ecma(
 ) -> None:
     verdict = replayed(arguments, schema, pinned=pinned)
     if not fail:
-        assert verdict == Verdict("forward")
+        assert verdict == Verdict(Outcome.FORWARD)
         return
     [finding] = verdict.findings
     assert finding.reason == "arguments_schema"
@@ -192,7 +193,7 @@ def test_schema_with_a_pattern_ecma_refuses_is_invalid(schema: Any) -> None:
 
 def test_patterns_within_the_bound_together_are_used() -> None:
     schema = {"properties": {f"q{i}": {"pattern": f"^a{{{3000 + i}}}$"} for i in range(3)}}
-    assert replayed({"q0": "a" * 3000}, schema, pinned=False) == Verdict("forward")
+    assert replayed({"q0": "a" * 3000}, schema, pinned=False) == Verdict(Outcome.FORWARD)
 
 
 def test_pattern_length_is_bounded_before_any_engine_runs() -> None:

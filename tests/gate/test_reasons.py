@@ -8,6 +8,7 @@ import pytest
 
 from proxy.gate import items
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 from tests.builders import APAC, GLOBAL, call, message, only, output, ref, request, without
 from tests.gate.ledger_double import Ledger
@@ -376,7 +377,7 @@ def test_reason(
     body = request(*input_items)
     verdict = inspect(body, policy) if ledger is None else inspect(body, policy, ledger)
     if reason is None:
-        assert verdict == Verdict("forward")
+        assert verdict == Verdict(Outcome.FORWARD)
         return
     found = only(verdict)
     assert found["reason"] == reason

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.schemas import SchemaLimits
 from proxy.gate.verdict import Verdict, inspect
 from tests.builders import JSON_HEADERS, SALES_TOOL, sales_call, sales_output
@@ -104,7 +105,7 @@ WITHIN = [
 
 @pytest.mark.parametrize(("schema", "limits"), WITHIN)
 def test_schema_at_a_limit_is_used(schema: Any, limits: SchemaLimits) -> None:
-    assert inspect(replay(schema), Policy(schema_limits=limits)) == Verdict("forward")
+    assert inspect(replay(schema), Policy(schema_limits=limits)) == Verdict(Outcome.FORWARD)
 
 
 @pytest.mark.parametrize(

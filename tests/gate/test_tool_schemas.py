@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 from tests.builders import APAC, DRAFT_07, GLOBAL, call, only, output, request, tool
 from tests.builders import SALES_SCHEMA as SALES
@@ -140,7 +141,7 @@ def test_schema(
 ) -> None:
     verdict = inspect(request(call("c", arguments), output("c"), tools=tools), Policy(tools=pinned))
     if not fail:
-        assert verdict == Verdict("forward")
+        assert verdict == Verdict(Outcome.FORWARD)
         return
     found = only(verdict)
     assert found["reason"] == "arguments_schema"

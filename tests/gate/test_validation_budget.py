@@ -9,6 +9,7 @@ import pytest
 
 from proxy.gate.items import Item
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 from tests.builders import BUDGET_S, EVIL, USER, replay
 
@@ -85,7 +86,9 @@ def test_a_timeout_is_not_remembered_for_the_next_request() -> None:
     busy = inspect({"tools": [LOOKUP], "input": [*evil_pairs(1), benign, answered]}, policy)
     assert [f.call_id for f in busy.findings] == ["call_0", "call_ok"]
     # Alone, with a budget of its own, the same call passes: the timeout was not cached.
-    assert inspect({"tools": [LOOKUP], "input": [benign, answered]}, policy) == Verdict("forward")
+    assert inspect({"tools": [LOOKUP], "input": [benign, answered]}, policy) == Verdict(
+        Outcome.FORWARD
+    )
 
 
 class _EarlyTimer:

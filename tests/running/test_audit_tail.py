@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from proxy.running.audit_tail import describe, iter_follow
-from proxy.running.report import Entry, Unreadable
+from proxy.running.report import Entry, UnreadableLine
 from proxy.state.audit import AuditLog
 from tests.builders import FINDING, HANG_GUARD_S, audit_record, orphan_finding
 from tests.state.audit_logs import ORPHAN, replay_proxy, write_records
@@ -98,13 +98,13 @@ SALES = "input[2] (call_id call_1) get_latest_sales_report"
             id="bare-record",
         ),
         pytest.param(
-            Unreadable("audit.jsonl", 7, "not JSON"),
+            UnreadableLine("audit.jsonl", 7, "not JSON"),
             ["audit.jsonl:7: unreadable: not JSON"],
             id="unreadable",
         ),
     ],
 )
-def test_a_record_as_readable_lines(entry: Entry | Unreadable, expected: list[str]) -> None:
+def test_a_record_as_readable_lines(entry: Entry | UnreadableLine, expected: list[str]) -> None:
     assert list(describe(entry)) == expected
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from proxy.running.documents import Document, Unreadable, iter_documents
+from proxy.running.documents import Document, UnreadableDocument, iter_documents
 from tests.builders import ARTICLE_TOOLS as TOOLS
 from tests.builders import SALES_SCHEMA as SALES
 from tests.builders import WEB_SEARCH, article_output
@@ -535,6 +535,6 @@ def test_json_lines_other_line_breaks_do_not_separate_documents(separator: str) 
     data = json.dumps(CLEAN) + "\n" + json.dumps(CLEAN) + separator + json.dumps(CLEAN)
     first, second = iter_documents("f", data.encode())
     assert isinstance(first, Document)
-    assert isinstance(second, Unreadable)
+    assert isinstance(second, UnreadableDocument)
     assert str(second).startswith("f: line 2 column ")
     assert second.reason == "trailing data after the JSON value"

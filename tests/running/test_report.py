@@ -18,7 +18,7 @@ from proxy.running.report import (
     Entry,
     Headline,
     Summary,
-    Unreadable,
+    UnreadableLine,
     iter_entries,
     read_judged,
     render_text,
@@ -65,7 +65,7 @@ def test_lines_are_read_one_by_one(
     lines: list[bytes], expected: list[tuple[int, str | None]]
 ) -> None:
     got = list(iter_entries("audit.jsonl", lines))
-    assert [(e.line, e.reason if isinstance(e, Unreadable) else None) for e in got] == expected
+    assert [(e.line, e.reason if isinstance(e, UnreadableLine) else None) for e in got] == expected
     assert all(e.file == "audit.jsonl" for e in got)
 
 
@@ -73,7 +73,7 @@ def sales(path: str = "/region", keyword: str = "enum", name: str = "sales") -> 
     return FINDING | {"name": name, "fail": [{"path": path, "reason": keyword}]}
 
 
-def entries(*records: dict[str, Any]) -> list[Entry | Unreadable]:
+def entries(*records: dict[str, Any]) -> list[Entry | UnreadableLine]:
     return [Entry("a.jsonl", n, r) for n, r in enumerate(records, 1)]
 
 
@@ -439,7 +439,7 @@ def test_unreadable_lines_are_kept_and_not_counted() -> None:
     lines = [RECORD, b"garbage\n", RECORD]
     summary = summarize(["a.jsonl"], iter_entries("a.jsonl", lines))
     assert summary.records == 2
-    assert summary.unreadable == (Unreadable("a.jsonl", 2, "not JSON"),)
+    assert summary.unreadable == (UnreadableLine("a.jsonl", 2, "not JSON"),)
 
 
 def table(text: str, title: str) -> list[list[str]]:
@@ -502,7 +502,7 @@ def test_the_command_exits_2_on_a_file_it_cannot_read(tmp_path: Path) -> None:
 
 
 def test_no_records_still_make_a_report() -> None:
-    summary = summarize(["a.jsonl"], [Unreadable("a.jsonl", 1, "not JSON")])
+    summary = summarize(["a.jsonl"], [UnreadableLine("a.jsonl", 1, "not JSON")])
     assert render_text(summary).startswith("audit report: 0 records, 0 findings")
     assert "nothing: no record has action log" in render_text(summary)
     assert "a.jsonl:1</code>: not JSON" in render_html(summary)

@@ -13,6 +13,7 @@ from proxy.admission.pipeline import context_of
 from proxy.gate import items
 from proxy.gate.items import Item
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 from proxy.state.encoding import decode, encode
 from proxy.state.ledger import Ledger, Store
@@ -240,31 +241,31 @@ INLINE_CALL = sales_call("c_inline")
 CONTEXTS = [
     pytest.param(
         {"input": [{"role": "user", "content": "hi"}, INLINE_CALL]},
-        Verdict("forward"),
+        Verdict(Outcome.FORWARD),
         [{k: INLINE_CALL[k] for k in ("type", "id", "call_id", "name", "arguments", "status")}],
         id="unanswered-inline-call",
     ),
     pytest.param(
         {"input": [INLINE_CALL, sales_output("c_inline")]},
-        Verdict("forward"),
+        Verdict(Outcome.FORWARD),
         [],
         id="answered-call-left-out",
     ),
     pytest.param(
         {"input": [{"type": "message", "id": "msg_9", "role": "user", "content": "x"}]},
-        Verdict("forward"),
+        Verdict(Outcome.FORWARD),
         [],
         id="messages-of-input-left-out",
     ),
     pytest.param(
         {"input": [INLINE_CALL | {items.RECORDED_TOOLS: "forged"}]},
-        Verdict("forward"),
+        Verdict(Outcome.FORWARD),
         [{k: INLINE_CALL[k] for k in ("type", "id", "call_id", "name", "arguments", "status")}],
         id="a-client-cannot-tag-its-call",
     ),
     pytest.param(
         {"input": "just text"},
-        Verdict("forward"),
+        Verdict(Outcome.FORWARD),
         [],
         id="string-input",
     ),
@@ -295,7 +296,7 @@ def test_items_named_by_a_finding_or_stripped_are_not_recorded() -> None:
 def test_a_reference_is_recorded_as_the_item_it_names() -> None:
     view = LedgerView(by_id={"fc_r": sales_call("r") | {items.RECORDED_TOOLS: "h1"}})
     body = {"input": [ref("fc_r")], "tools": [SALES_TOOL]}
-    [recorded] = context_of(body, Verdict("forward"), view, compacts=False).items
+    [recorded] = context_of(body, Verdict(Outcome.FORWARD), view, compacts=False).items
     assert (recorded["call_id"], recorded[items.RECORDED_TOOLS]) == ("r", "h1")
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from proxy.gate import strictjson
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 from proxy.running.config_file import parse_config
 from proxy.settings import ConfigError
@@ -229,7 +230,7 @@ def test_unique_items_over_twenty_thousand_objects() -> None:
     parameters = {"properties": {"rows": {"uniqueItems": True}}}
     policy = Policy()
     unique = inspect(json.loads(replay(json.dumps({"rows": rows}), parameters)), policy)
-    assert unique == Verdict("forward")
+    assert unique == Verdict(Outcome.FORWARD)
     repeated = json.dumps({"rows": [*rows, {"i": 7.0}]})  # 7.0 == 7 in JSON Schema
     [finding] = inspect(json.loads(replay(repeated, parameters)), policy).findings
     assert [v.as_dict() for v in finding.fail] == [
@@ -308,4 +309,4 @@ def test_pinned_schema_recursing_through_values_is_accepted() -> None:
     config = parse_config({"tools": {"lookup": tree}})
     arguments = json.dumps({"children": [{"children": [{"children": []}]}]})
     verdict = inspect(json.loads(replay(arguments, {})), config.gate)
-    assert verdict == Verdict("forward")
+    assert verdict == Verdict(Outcome.FORWARD)

@@ -11,6 +11,7 @@ import pytest
 
 from proxy.gate.items import Item
 from proxy.gate.policy import Policy
+from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict, inspect
 from tests.builders import JSON_HEADERS, SALES_TOOL, USER, MiB, sales_call, sales_output
 from tests.fixture_types import ProxyFactory
@@ -118,7 +119,7 @@ def test_ten_thousand_item_references_are_each_resolved_once() -> None:
 
     verdict = inspect({"tools": [SALES_TOOL], "input": [*references, *outputs]}, Policy(), ledger)
 
-    assert verdict == Verdict("forward")
+    assert verdict == Verdict(Outcome.FORWARD)
     # Resolving every reference again for every output would be 12.5 million look-ups.
     assert ledger.lookups == 5_000
 
