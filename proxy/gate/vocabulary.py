@@ -23,7 +23,7 @@ class Role(StrEnum):
     NEITHER = "neither"
 
 
-class Check(StrEnum):
+class PayloadCheck(StrEnum):
     """How the arguments or input of a kind are checked."""
 
     # A JSON string validated against the `parameters` of its function tool.
@@ -48,7 +48,7 @@ class Kind:
     partner: str | None = None
     # The field holding the arguments or input, and how they are checked.
     payload: str | None = None
-    check: Check = Check.NONE
+    check: PayloadCheck = PayloadCheck.NONE
     # Whether a call of this kind carries a `status` (`completed` when it may be replayed).
     status: bool = False
 
@@ -60,7 +60,7 @@ def _pair(
     call_key: str = "call_id",
     output_key: str = "call_id",
     payload: str | None = None,
-    check: Check = Check.NONE,
+    check: PayloadCheck = PayloadCheck.NONE,
     status: bool = True,
 ) -> tuple[Kind, Kind]:
     return (
@@ -74,12 +74,14 @@ def _pair(
 OPENAI_KINDS: tuple[Kind, ...] = (
     Kind("message"),
     Kind("item_reference"),
-    *_pair("function_call", "function_call_output", payload="arguments", check=Check.JSON_SCHEMA),
+    *_pair(
+        "function_call", "function_call_output", payload="arguments", check=PayloadCheck.JSON_SCHEMA
+    ),
     *_pair(
         "custom_tool_call",
         "custom_tool_call_output",
         payload="input",
-        check=Check.GRAMMAR,
+        check=PayloadCheck.GRAMMAR,
         status=False,
     ),
     *_pair("computer_call", "computer_call_output"),
@@ -94,11 +96,11 @@ OPENAI_KINDS: tuple[Kind, ...] = (
         call_key="id",
         output_key="approval_request_id",
         payload="arguments",
-        check=Check.MCP_SCHEMA,
+        check=PayloadCheck.MCP_SCHEMA,
         status=False,
     ),
     # Run by the server, its output inside it: nothing answers it, but its arguments are checked.
-    Kind("mcp_call", payload="arguments", check=Check.MCP_SCHEMA, status=True),
+    Kind("mcp_call", payload="arguments", check=PayloadCheck.MCP_SCHEMA, status=True),
     Kind("mcp_list_tools"),
     Kind("file_search_call"),
     Kind("web_search_call"),
