@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from proxy.admission import body, routing
 from proxy.admission.dialect import OPEN_RESPONSES, Dialect, whole_input
-from proxy.admission.routing import RouteCaches, Routed
+from proxy.admission.routing import RouteCaches, Routed, bounds_of
 from proxy.admission.tenants import ledger_key
 from proxy.config import DEFAULT_UPSTREAM, Config
 from proxy.gate import items
@@ -118,12 +118,6 @@ class Forward:
     )  # the config's (`limits`): what door 2's record lists, too
 
 
-def bounds_of(config: Config) -> Bounds:
-    """What a verdict may list under this config (`limits`), at admission and at door 2."""
-    limits = config.limits
-    return Bounds(limits.max_findings, limits.max_violations, limits.max_body_bytes)
-
-
 def answer_to(error: ProxyError) -> Answer:
     """The answer a failure decided here gets, in the API's error shape."""
     return Answer(error.status, error.document(), error.headers)
@@ -150,7 +144,13 @@ async def admit(
     dialect = request.dialect
     label = "websocket" if request.transport == "websocket" else dialect.paths[request.path]
     try:
-        decoded, parsed, routed = _read(request, config)
+        if request.content_type is not None:
+            body.check_content_type(request.content_type)
+        applied = body.codings(request.content_encoding)
+        raw = request.raw
+        decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
+        parsed = body.parse(decoded)
+        routed = _route(request, config, parsed)
     except ProxyError as exc:
         # A body that could not be read chose no upstream, whichever front it came through (a
         # WebSocket's frame too: its connection's upstream is not where it went).
@@ -168,7 +168,8 @@ async def admit(
     except ProxyError as exc:
         metrics.count(label, "invalid", upstream)
         return answer_to(exc)
-    bounds = bounds_of(config)
+    # The config's, made once with its caches (a front's are).
+    bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
     verdict = await _inspect(parsed, policy, view, metrics, _caches(caches, policy), bounds)
     # What goes upstream when the gate changed the body (or the route did): at most
     # `max_body_bytes`, else blocked, before the record says what became of the request.
@@ -193,6 +194,11 @@ async def admit(
         blocked = rejection(verdict, request_id=request.request_id)
         return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()
+    recorded = context_of(
+        parsed, verdict, view, compacts=dialect.compacts(request.path), dialect=dialect
+    )
+    if config.ledger.whole_items:
+        recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
     return Forward(
         data,
         _DECODED,
@@ -201,24 +207,12 @@ async def admit(
         # A WebSocket frame of another type (the spec defaults it to `response.create`) makes
         # no response: the relay must not wait for one to record with this context.
         request.transport != "websocket" or parsed.get("type") in (None, "response.create"),
-        _context(request, config, parsed, verdict, view),
+        recorded,
         findings=verdict.findings,
         upstream=upstream,
         policy=policy,
         bounds=bounds,
     )
-
-
-def _read(request: Request, config: Config) -> tuple[bytes, dict[str, Any], Routed]:
-    """The body decoded, parsed and routed; ProxyError when it cannot be read unambiguously
-    or no route takes it."""
-    if request.content_type is not None:
-        body.check_content_type(request.content_type)
-    raw = request.raw
-    applied = body.codings(request.content_encoding)
-    decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
-    parsed = body.parse(decoded)
-    return decoded, parsed, _route(request, config, parsed)
 
 
 async def _continued(
@@ -247,24 +241,6 @@ async def _continued(
         return parsed, view, changed
     parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
     return parsed, view, True
-
-
-def _context(
-    request: Request,
-    config: Config,
-    parsed: dict[str, Any],
-    verdict: Verdict,
-    view: LedgerView | None,
-) -> Context:
-    """What the response a forwarded request creates is recorded with (its input whole too,
-    with `ledger.whole_items`)."""
-    dialect = request.dialect
-    recorded = context_of(
-        parsed, verdict, view, compacts=dialect.compacts(request.path), dialect=dialect
-    )
-    if config.ledger.whole_items:
-        recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
-    return recorded
 
 
 def _too_large(size: int, limit: int) -> ProxyError:
