@@ -1,59 +1,81 @@
 """The seam for dialects: what is specific to one API's body, behind one small interface.
 
-Admission, the tap and door 2 read a body through a `Dialect`: which paths it gates, where its
-items live, how an item is classified, and how the gate's strip and rewrite edit the body. The
-Open Responses dialect is the first (and for now the only) one; another API (Chat Completions,
-MCP) adds a dialect, not a front.
+Admission reads and edits a gated body through the `Dialect` of its path: which paths it gates,
+where the body's items live, how an item is classified, how the gate's strip and rewrite edit
+the body, and how a recorded conversation is inlined into it. The gate judges items in the
+Open Responses vocabulary (`function_call`, `function_call_output`, `item_reference`); a dialect
+of another API (Chat Completions, MCP) shows its body's items in it, and adds no front.
+
+This module imports nothing of the transport or of the schema machinery: the request targets
+read the gated paths from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from proxy.admission import targets
 from proxy.gate import items
-from proxy.gate.verdict import Verdict
+
+if TYPE_CHECKING:
+    from proxy.gate.verdict import Verdict
 
 
 class Dialect(Protocol):
     """One API's body, as admission reads and edits it."""
 
-    def gated(self, path: str) -> str | None:
-        """The metrics' route of a canonical gated path of this dialect; None: not gated."""
+    @property
+    def paths(self) -> Mapping[str, str]:
+        """The canonical paths it gates, each with its metrics' `route` label."""
         ...
 
-    def input_items(self, parsed: Mapping[str, Any]) -> list[Any]:
-        """The items the body sends, in order."""
+    def compacts(self, path: str) -> bool:
+        """Whether a request to this gated path compacts a conversation (its answer stands for
+        the calls it compacted)."""
+        ...
+
+    def input_items(self, parsed: Mapping[str, Any]) -> Sequence[Any]:
+        """The items the body sends, in order (not a copy: do not edit it)."""
         ...
 
     def kind(self, item: Any) -> str | None:
-        """What an item is (a function_call, its output, a reference, ...)."""
+        """What an item is (a function_call, its output, a reference, ...), or None."""
         ...
 
     def sent(self, parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
-        """The body as it goes upstream once the gate stripped or rewrote it."""
+        """The body as it goes upstream once the gate stripped or rewrote its items."""
         ...
 
-    def whole_input(self, parsed: Mapping[str, Any], verdict: Verdict) -> list[Any]:
-        """The input items as they go upstream, whole: the gate's when it changed them."""
+    def inlined(self, parsed: Mapping[str, Any], history: Sequence[Any]) -> dict[str, Any]:
+        """The body continuing a recorded conversation with that conversation's items
+        (`history`) before its own, the reference to it gone."""
         ...
 
 
 class OpenResponses:
-    """The Open Responses API: `input` holds the items, a string one user message."""
+    """The Open Responses API: `input` holds the items, a string one user message;
+    `previous_response_id` continues a recorded response."""
 
-    def gated(self, path: str) -> str | None:
-        return targets.GATED.get(path)
+    paths: Mapping[str, str] = {
+        "/v1/responses": "responses",
+        "/v1/responses/compact": "responses_compact",
+        "/responses": "responses",
+        "/responses/compact": "responses_compact",
+    }
 
-    def input_items(self, parsed: Mapping[str, Any]) -> list[Any]:
+    def compacts(self, path: str) -> bool:
+        return self.paths.get(path) == "responses_compact"
+
+    def input_items(self, parsed: Mapping[str, Any]) -> Sequence[Any]:
         given = parsed.get("input")
+        if isinstance(given, list):
+            return given
         if isinstance(given, str):
-            return [{"type": "message", "role": "user", "content": given}]
-        return list(given) if isinstance(given, list) else []
+            return ({"type": "message", "role": "user", "content": given},)
+        return ()
 
-    def kind(self, item: Any) -> str | None:
-        return items.kind(item)
+    # The gate's own vocabulary: called as it is, with no step between.
+    kind = staticmethod(items.kind)
 
     def sent(self, parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
         """The gate's input in the body, the members it strips gone."""
@@ -62,8 +84,25 @@ class OpenResponses:
             sent = {k: v for k, v in sent.items() if k not in verdict.without}
         return sent
 
-    def whole_input(self, parsed: Mapping[str, Any], verdict: Verdict) -> list[Any]:
-        return list(verdict.input) if verdict.input is not None else self.input_items(parsed)
+    def inlined(self, parsed: Mapping[str, Any], history: Sequence[Any]) -> dict[str, Any]:
+        inlined = {k: v for k, v in parsed.items() if k != "previous_response_id"}
+        inlined["input"] = [*history, *self.input_items(parsed)]
+        return inlined
 
 
 OPEN_RESPONSES: Dialect = OpenResponses()
+# Every dialect the proxy speaks; a gated path belongs to exactly one.
+DIALECTS: tuple[Dialect, ...] = (OPEN_RESPONSES,)
+# The metrics' route of every gated path, and the dialect that reads its bodies.
+GATED: Mapping[str, str] = {path: route for d in DIALECTS for path, route in d.paths.items()}
+_BY_PATH: Mapping[str, Dialect] = {path: d for d in DIALECTS for path in d.paths}
+
+
+def dialect_of(path: str) -> Dialect:
+    """The dialect of a canonical gated path; KeyError if no dialect gates it."""
+    return _BY_PATH[path]
+
+
+def whole_input(dialect: Dialect, parsed: Mapping[str, Any], verdict: Verdict) -> list[Any]:
+    """The input items as they go upstream, whole: the gate's when it changed them."""
+    return list(verdict.input) if verdict.input is not None else list(dialect.input_items(parsed))

@@ -44,8 +44,9 @@ DEFAULT_BOUNDS = Bounds()
 @dataclass(frozen=True, slots=True)
 class _Answered:
     """One response that held function_calls, the function tools of its request, the policy
-    of the route that request took (None: the config's gate) and what its record may list, as
-    the config in force at that request bounds it."""
+    of the route that request took (None: the config's gate), what its record may list, as
+    the config in force at that request bounds it, and that request (None: the one its
+    `EmittedCalls` names; a WebSocket turn's is its frame)."""
 
     response: Mapping[str, Any]
     tools: tuple[tuple[str, Any], ...]
@@ -53,6 +54,7 @@ class _Answered:
     calls: _Calls
     policy: Policy | None
     bounds: Bounds
+    relayed: Relayed | None = None
 
 
 @dataclass
@@ -69,14 +71,16 @@ class EmittedCalls:
         context: Context | None,
         policy: Policy | None = None,
         bounds: Bounds | None = None,
+        relayed: Relayed | None = None,
     ) -> None:
         """A response the tap recorded, with the context of the request (or frame) that
-        created it, the policy of the route it took and the bounds of its config."""
+        created it, the policy of the route it took, the bounds of its config, and (a
+        WebSocket's turn) the frame that asked for it."""
         calls = emitted_calls(response.get("output"))
         if calls:
             tools, key = (context.tools, context.tools_key) if context else ((), None)
             self.found.append(
-                _Answered(response, tools, key, calls, policy, bounds or DEFAULT_BOUNDS)
+                _Answered(response, tools, key, calls, policy, bounds or DEFAULT_BOUNDS, relayed)
             )
 
     def take(self) -> list[_Answered]:
@@ -178,7 +182,7 @@ class EmittedChecks:
         failed = [e.finding for e in judged if e.finding is not None]
         if failed:
             entry = emitted_record(
-                relayed,
+                answered.relayed or relayed,
                 answered.response,
                 failed,
                 include_arguments=self.audit_log.include_arguments,

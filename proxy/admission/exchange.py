@@ -24,9 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
+from proxy.admission.dialect import dialect_of
 from proxy.admission.emitted import EmittedCalls
 from proxy.admission.ids import new_request_id
-from proxy.admission.pipeline import Answer, Forward, Transport
+from proxy.admission.pipeline import NO_UPSTREAM, Answer, Forward, Transport
 from proxy.admission.routing import RouteCaches
 from proxy.admission.services import Services
 from proxy.admission.tap import Recording, ResponseTap
@@ -49,8 +50,6 @@ REQUEST_ID_HEADER = "x-request-id"
 UPSTREAM_REQUEST_ID_HEADER = "x-upstream-request-id"
 # The metrics' `route` of a request refused before its route was known.
 ANY_ROUTE = "any"
-# The metrics' `upstream` of a request that reached none.
-NO_UPSTREAM = "-"
 
 
 class State(enum.Enum):
@@ -229,8 +228,9 @@ class Exchange:
 
     def watch_turns(self) -> ResponseTap:
         """The tap of a gated WebSocket: every turn's response recorded with the context of its
-        frame, its calls waiting for door 2 under that frame's policy. Door 2's records of a
-        connection name it: its frames' own ids are not kept per turn."""
+        frame, its calls waiting for door 2 under that frame's policy. Door 2's record of a
+        turn names its frame (`turn_forwarded`); of a response no frame asked for, the
+        connection."""
         assert self.target is not None
         assert self.target.gated is not None
         relayed = Relayed(
@@ -250,10 +250,13 @@ class Exchange:
 
     def turn_forwarded(self, frame: Exchange, decided: Forward) -> None:
         """A frame of this WebSocket was forwarded: its turn's response is recorded with its
-        context, and its calls checked under its route's policy."""
+        context, and its calls checked under its route's policy; door 2's record of them names
+        the frame (its id, the hash of its bytes), as a request's names the request."""
         frame.counted()
-        if self.tap is not None and decided.record:
-            self.tap.expect(decided.context, decided.policy, decided.bounds)
+        turn = frame.recording
+        if self.tap is not None and turn is not None:
+            asked = turn.emitted.relayed if turn.emitted is not None else None
+            self.tap.expect(decided.context, decided.policy, decided.bounds, asked)
 
     def turns_relayed(self, gate: Policy, caches: RouteCaches) -> None:
         """A frame that may end a turn went to the client: door 2 checks the calls of the
@@ -291,10 +294,11 @@ class Exchange:
         if len(raw) > limit:
             raise self.invalid(too_large(limit))
         assert self.target is not None
-        assert self.target.gated is not None
+        gated = self.target.gated
+        assert gated is not None
         request = pipeline.Request(
             raw,
-            self.target.gated,
+            gated,
             self.transport,
             self.request_id,
             self.tenant,
@@ -304,6 +308,7 @@ class Exchange:
             self.received,
             self.matched,
             upstream,
+            dialect_of(gated),
         )
         services = self.services
         decided = await pipeline.admit(

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from proxy.admission import body, routing, targets
-from proxy.admission.routing import RouteCaches, Routed
+from proxy.admission import body, routing
+from proxy.admission.dialect import OPEN_RESPONSES, Dialect, whole_input
+from proxy.admission.routing import RouteCaches, Routed, bounds_of
 from proxy.admission.tenants import ledger_key
 from proxy.config import DEFAULT_UPSTREAM, Config
 from proxy.gate import items
@@ -45,6 +46,8 @@ _DECODED = frozenset({"content-encoding"})
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 # The SDK retries 408/409/429/5xx; a blocked request fails the same way every time.
 _NOT_RETRIED: Mapping[str, str] = MappingProxyType({"x-should-retry": "false"})
+# The metrics' `upstream` of a request that reached none.
+NO_UPSTREAM = "-"
 # A request that needs the ledger when its store cannot answer (down, slower than its timeout).
 LEDGER_UNAVAILABLE = ProxyError(
     503,
@@ -59,7 +62,7 @@ class Request:
     """A gated request as its front received it, the body whole."""
 
     raw: bytes  # exactly as received: the audit record's `body_sha256` is of these bytes
-    path: str  # the canonical gated path (a key of `targets.GATED`)
+    path: str  # the canonical gated path (one of its dialect's `paths`)
     transport: Transport
     request_id: str
     tenant: str | None = None
@@ -75,9 +78,12 @@ class Request:
     headers: Mapping[str, str] = field(default_factory=dict)
     # The upstream a WebSocket connection was opened to: its frames may not choose another.
     upstream: str | None = None
+    # What the body's API is: where its items live and how the gate's edits are made in it
+    # (`dialect.dialect_of` its path).
+    dialect: Dialect = OPEN_RESPONSES
 
     def __post_init__(self) -> None:
-        if self.path not in targets.GATED:
+        if self.path not in self.dialect.paths:
             raise ValueError(f"path: {self.path!r} is not a gated path")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport: {self.transport!r} is not one of {', '.join(TRANSPORTS)}")
@@ -113,12 +119,6 @@ class Forward:
     )  # the config's (`limits`): what door 2's record lists, too
 
 
-def bounds_of(config: Config) -> Bounds:
-    """What a verdict may list under this config (`limits`), at admission and at door 2."""
-    limits = config.limits
-    return Bounds(limits.max_findings, limits.max_violations, limits.max_body_bytes)
-
-
 def answer_to(error: ProxyError) -> Answer:
     """The answer a failure decided here gets, in the API's error shape."""
     return Answer(error.status, error.document(), error.headers)
@@ -142,43 +142,26 @@ async def admit(
     the gate refuses is answered 400.
     """
     started = time.perf_counter() if request.started is None else request.started
-    label = "websocket" if request.transport == "websocket" else targets.GATED[request.path]
-    limit = config.limits.max_body_bytes
-    raw = request.raw
+    dialect = request.dialect
+    label = "websocket" if request.transport == "websocket" else dialect.paths[request.path]
     try:
         if request.content_type is not None:
             body.check_content_type(request.content_type)
         applied = body.codings(request.content_encoding)
-        decoded = body.decode(raw, applied, limit) if applied else raw
+        raw = request.raw
+        decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
         parsed = body.parse(decoded)
         routed = _route(request, config, parsed)
     except ProxyError as exc:
-        metrics.count(label, Outcome.INVALID, request.upstream or "-")
+        # A body that could not be read chose no upstream, whichever front it came through (a
+        # WebSocket's frame too: its connection's upstream is not where it went).
+        metrics.count(label, Outcome.INVALID, NO_UPSTREAM)
         return answer_to(exc)
     upstream = routed.upstream
     policy = routed.policy
-    tenant = ledger_key(request.tenant)
     asked = parsed  # as the client sent it: the audit record's model and previous response
-    changed = routed.model is not None
-    if changed:
-        parsed = {**parsed, "model": routed.model}
     try:
-        view = await ledger.view(
-            tenant, parsed, provenance=policy.require_provenance, upstream=upstream
-        )
-        previous = parsed.get("previous_response_id")
-        # Only an upstream of this config is another one: a response recorded under a name the
-        # config no longer has (before routes, the single form's `default`) is judged as before.
-        origin = None if view is None else view.origin
-        if (
-            view is not None
-            and origin is not None
-            and origin in config.upstream_named
-            and origin != upstream
-            and isinstance(previous, str)
-        ):
-            parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
-            changed = True
+        parsed, view, changed = await _continued(request, config, routed, parsed, ledger)
     except LedgerFault:
         # The proxy's fault, not the request's: a 503 the SDKs retry, never an `orphan`.
         metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream)
@@ -186,13 +169,17 @@ async def admit(
     except ProxyError as exc:
         metrics.count(label, Outcome.INVALID, upstream)
         return answer_to(exc)
-    bounds = bounds_of(config)
+    # The config's, made once with its caches (a front's are).
+    bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
     verdict = await _inspect(parsed, policy, view, metrics, _caches(caches, policy), bounds)
     # What goes upstream when the gate changed the body (or the route did): at most
     # `max_body_bytes`, else blocked, before the record says what became of the request.
-    data: bytes | None = None
+    # Unchanged, the body goes decoded: an upstream that ignores a request's Content-Encoding
+    # (many do) would otherwise parse the coded bytes, which need not be the document judged.
+    data = decoded
     if verdict.outcome in ("strip", "rewrite") or changed:
-        data = body.dumps(_sent(parsed, verdict))
+        data = body.dumps(dialect.sent(parsed, verdict))
+        limit = config.limits.max_body_bytes
         if len(data) > limit and verdict.outcome == "forward":
             # Grown by its route alone (a conversation inlined): too large to send, as if sent.
             metrics.count(label, Outcome.INVALID, upstream)
@@ -202,40 +189,25 @@ async def admit(
     if verdict.findings:
         _audit(request, asked, verdict, audit_log, metrics, upstream, policy)
     metrics.gate_seconds.observe(time.perf_counter() - started)
-    if verdict.outcome == "block":
+    outcome = verdict.outcome
+    if outcome == "block":
         metrics.count(label, Outcome.BLOCK, upstream)
         blocked = rejection(verdict, request_id=request.request_id)
         return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()
-    added = MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS
-    compacts = targets.GATED[request.path] == "responses_compact"
-    recorded = context_of(parsed, verdict, view, compacts=compacts)
+    recorded = context_of(
+        parsed, verdict, view, compacts=dialect.compacts(request.path), dialect=dialect
+    )
     if config.ledger.whole_items:
-        recorded = replace(recorded, whole=tuple(_whole_input(parsed, verdict)))
-    # A WebSocket frame of another type (the spec defaults it to `response.create`) makes no
-    # response: the relay must not wait for one to record with this context.
-    record = request.transport != "websocket" or parsed.get("type") in (None, "response.create")
-    if data is not None:
-        return Forward(
-            data,
-            _DECODED,
-            added,
-            verdict.outcome,
-            record,
-            recorded,
-            findings=verdict.findings,
-            upstream=upstream,
-            policy=policy,
-            bounds=bounds,
-        )
-    # Decoded: an upstream that ignores a request's Content-Encoding (many do) would otherwise
-    # parse the coded bytes, which need not be the document the gate judged.
+        recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
     return Forward(
-        decoded,
+        data,
         _DECODED,
-        added,
-        Outcome.FORWARD,
-        record,
+        MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS,
+        outcome,
+        # A WebSocket frame of another type (the spec defaults it to `response.create`) makes
+        # no response: the relay must not wait for one to record with this context.
+        request.transport != "websocket" or parsed.get("type") in (None, "response.create"),
         recorded,
         findings=verdict.findings,
         upstream=upstream,
@@ -244,12 +216,32 @@ async def admit(
     )
 
 
-def _sent(parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
-    """The body as it goes upstream: the gate's input in it, the members it strips gone."""
-    sent = parsed if verdict.input is None else {**parsed, "input": verdict.input}
-    if verdict.without:
-        sent = {k: v for k, v in sent.items() if k not in verdict.without}
-    return sent
+async def _continued(
+    request: Request, config: Config, routed: Routed, parsed: dict[str, Any], ledger: Ledger
+) -> tuple[dict[str, Any], LedgerView | None, bool]:
+    """The body as its route sends it (its model renamed; a response another upstream made,
+    continued, inlined), the ledger's view of what it continues, and whether the body
+    changed. Raises LedgerFault, or ProxyError (`foreign_previous_response`)."""
+    upstream = routed.upstream
+    changed = routed.model is not None
+    if changed:
+        parsed = {**parsed, "model": routed.model}
+    view = await ledger.view(
+        ledger_key(request.tenant),
+        parsed,
+        provenance=routed.policy.require_provenance,
+        upstream=upstream,
+    )
+    previous = parsed.get("previous_response_id")
+    if view is None or not isinstance(previous, str):
+        return parsed, view, changed
+    # Only an upstream of this config is another one: a response recorded under a name the
+    # config no longer has (before routes, the single form's `default`) is judged as before.
+    origin = view.origin
+    if origin is None or origin == upstream or origin not in config.upstream_named:
+        return parsed, view, changed
+    parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
+    return parsed, view, True
 
 
 def _too_large(size: int, limit: int) -> ProxyError:
@@ -318,29 +310,20 @@ async def _materialize(
             "send the conversation's items in `input` instead",
             param="previous_response_id",
         )
-    inlined = {k: v for k, v in parsed.items() if k != "previous_response_id"}
-    inlined["input"] = [*history, *_input_items(parsed)]
+    inlined = request.dialect.inlined(parsed, history)
     provenance = routed.policy.require_provenance
     return inlined, await ledger.view(
         tenant, inlined, provenance=provenance, upstream=routed.upstream
     )
 
 
-def _input_items(parsed: Mapping[str, Any]) -> list[Any]:
-    """The body's `input` as items: a string is one user message."""
-    given = parsed.get("input")
-    if isinstance(given, str):
-        return [{"type": "message", "role": "user", "content": given}]
-    return list(given) if isinstance(given, list) else []
-
-
-def _whole_input(parsed: Mapping[str, Any], verdict: Verdict) -> list[Any]:
-    """The input items as they go upstream, whole: the gate's when it changed them."""
-    return list(verdict.input) if verdict.input is not None else _input_items(parsed)
-
-
 def context_of(
-    parsed: Mapping[str, Any], verdict: Verdict, view: LedgerView | None, *, compacts: bool
+    parsed: Mapping[str, Any],
+    verdict: Verdict,
+    view: LedgerView | None,
+    *,
+    compacts: bool,
+    dialect: Dialect = OPEN_RESPONSES,
 ) -> Context:
     """What the response this request creates is recorded with: the calls of its input that
     went upstream and passed the gate (none a finding named), an `item_reference` or a
@@ -351,17 +334,17 @@ def context_of(
     `/compact` request's context also holds the unanswered calls of the chain it names.
     """
     tools = tuple(items.tool_schemas(parsed.get("tools")))
-    listed = parsed.get("input")
-    input_items = listed if isinstance(listed, list) else []
+    input_items = dialect.input_items(parsed)
     named = {i for f in verdict.findings for i in (f.index, f.paired_index) if i is not None}
     # Each item's kind read once: a body of a few hundred pairs asks for each several times.
-    kinds = [items.kind(item) for item in input_items]
+    kind = dialect.kind
+    kinds = [kind(item) for item in input_items]
     went: Iterable[tuple[Any, str | None]]
     if verdict.input is None:
         went = zip(input_items, kinds, strict=True)
         sent = None
     else:
-        went = ((item, items.kind(item)) for item in verdict.input)
+        went = ((item, kind(item)) for item in verdict.input)
         sent = {id(item) for item in verdict.input}
     answered = {
         call_id

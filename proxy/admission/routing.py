@@ -18,6 +18,7 @@ from proxy.config import Config, Route
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
 from proxy.gate.policy import Policy
+from proxy.gate.verdict import Bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +106,19 @@ def select(
     )
 
 
+def bounds_of(config: Config) -> Bounds:
+    """What a verdict may list under this config (`limits`), at admission and at door 2."""
+    limits = config.limits
+    return Bounds(limits.max_findings, limits.max_violations, limits.max_body_bytes)
+
+
 class RouteCaches:
     """What the gate learns under each route's policy: one `GateCaches` per distinct policy, the
-    top-level `gate:`'s shared by every route that does not override it."""
+    top-level `gate:`'s shared by every route that does not override it; and what a verdict may
+    list under the config (`bounds`)."""
 
     def __init__(self, config: Config) -> None:
+        self.bounds = bounds_of(config)
         self.default = GateCaches.for_policy(config.gate)
         self._policies: list[tuple[Policy, GateCaches]] = [(config.gate, self.default)]
         for route in config.routing:

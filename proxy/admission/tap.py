@@ -19,9 +19,11 @@ if TYPE_CHECKING:
     from proxy.admission.emitted import EmittedCalls
     from proxy.gate.policy import Policy
     from proxy.gate.verdict import Bounds
+    from proxy.state.audit import Relayed
 
-    # A turn's context, its route's policy and its config's bounds (None: the defaults).
-    _Turn = tuple[Context | None, Policy | None, Bounds | None]
+    # A turn's context, its route's policy, its config's bounds (None: the defaults) and the
+    # request (a WebSocket's frame) that asked for it (None: the tap's own).
+    _Turn = tuple[Context | None, Policy | None, Bounds | None, Relayed | None]
 
 log = logging.getLogger("replay_proxy")
 
@@ -78,7 +80,8 @@ class ResponseTap:
 
     On a WebSocket one tap sees every turn: `expect` queues each forwarded turn's context and
     policy, and each turn's end (completed, incomplete, failed, or an error event) takes the
-    next one: a turn's calls go to door 2 with the policy of the route its own frame took.
+    next one: a turn's calls go to door 2 with the policy of the route its own frame took, and
+    door 2's record of them names that frame.
     """
 
     def __init__(
@@ -177,20 +180,25 @@ class ResponseTap:
                 self.emitted.add(response, self.context, self.policy, self.bounds)
 
     def expect(
-        self, context: Context, policy: Policy | None = None, bounds: Bounds | None = None
+        self,
+        context: Context,
+        policy: Policy | None = None,
+        bounds: Bounds | None = None,
+        relayed: Relayed | None = None,
     ) -> None:
         """A WebSocket turn was forwarded with this context, on a route with this policy, under
-        a config with these bounds: its response is recorded with the context, its calls
-        checked under the policy and listed within the bounds."""
+        a config with these bounds, by this frame (`relayed`): its response is recorded with
+        the context, its calls checked under the policy, listed within the bounds, and door 2's
+        record names the frame."""
         if self.turns is None:
             self.turns = deque()
-        self.turns.append((context, policy, bounds))
+        self.turns.append((context, policy, bounds, relayed))
 
     def _turn(self) -> _Turn:
-        """The context, policy and bounds of the turn whose response ends now."""
+        """The context, policy, bounds and request of the turn whose response ends now."""
         if self.turns is None:
-            return self.context, self.policy, self.bounds
-        return self.turns.popleft() if self.turns else (NO_CONTEXT, None, None)
+            return self.context, self.policy, self.bounds, None
+        return self.turns.popleft() if self.turns else (NO_CONTEXT, None, None, None)
 
     def _unrecorded(self, fault: body.BodyError) -> None:
         """The tap cannot read this answer in its coding: it goes by, relayed, unrecorded."""
@@ -258,10 +266,10 @@ class ResponseTap:
             if not response.get("output") and self.done_items:
                 response = {**response, "output": self.done_items}
             self.done_items = []
-            context, policy, bounds = self._turn()
+            context, policy, bounds, relayed = self._turn()
             await self.ledger.record(self.tenant, response, context, self.upstream)
             if self.emitted is not None:
-                self.emitted.add(response, context, policy, bounds)
+                self.emitted.add(response, context, policy, bounds, relayed)
         elif kind in _FAILED and self.turns:
             self.done_items = []
             self.turns.popleft()  # the turn ended without a response to record

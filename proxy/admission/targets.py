@@ -15,13 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-# The canonical gated paths; a gated request is forwarded to exactly the path that was checked.
-GATED = {
-    "/v1/responses": "responses",
-    "/v1/responses/compact": "responses_compact",
-    "/responses": "responses",
-    "/responses/compact": "responses_compact",
-}
+from proxy.admission import dialect
+
+# The canonical gated paths (every dialect's), each with its metrics' route; a gated request is
+# forwarded to exactly the path that was checked.
+GATED = dialect.GATED
 # `GET` of one of these reads a stored response again (`/v1/responses/{response_id}`).
 _RESPONSE_READ = re.compile(r"(?:/v1)?/responses/(?!compact$)[^/]+")
 # The first segment of the proxy's own namespace (`/-/healthy`): nothing under it is forwarded.

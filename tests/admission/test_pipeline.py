@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from proxy.admission import pipeline
+from proxy.admission.dialect import OpenResponses
+from proxy.gate.verdict import Verdict
 from proxy.running.config_file import parse_config
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger
@@ -320,3 +322,47 @@ def test_a_request_admission_cannot_route_is_refused_when_made(
 ) -> None:
     with pytest.raises(ValueError, match=problem):
         pipeline.Request(CLEAN, path, transport, "req_1")
+
+
+class Toy(OpenResponses):
+    """A second dialect, in the test alone: its own path and metrics route, and its own edit
+    of a body the gate changed."""
+
+    paths: Mapping[str, str] = {"/v1/toy": "toy"}
+
+    def sent(self, parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+        return {**super().sent(parsed, verdict), "edited_by": "toy"}
+
+
+async def test_a_second_dialect_is_admitted_through_its_own_seam(books: Books) -> None:
+    """Admission reads the body's path, route and edits from the request's dialect: a toy one
+    plugs in without any change to admission or the fronts."""
+    config = parse_config({"gate": {"action": "strip"}})
+    toy = Toy()
+
+    def request(raw: bytes) -> pipeline.Request:
+        return pipeline.Request(raw, "/v1/toy", "http", "req_1", "t_alice", JSON, dialect=toy)
+
+    stripped = await pipeline.admit(
+        request(MIXED),
+        config,
+        ledger=books.ledger,
+        audit_log=books.audit_log,
+        metrics=books.metrics,
+    )
+    assert isinstance(stripped, pipeline.Forward)
+    assert json.loads(stripped.data) == body(sales_call("call_1"), sales_output("call_1")) | {
+        "edited_by": "toy"
+    }
+    blocked = await pipeline.admit(
+        request(FAILING),
+        parse_config({}),
+        ledger=books.ledger,
+        audit_log=books.audit_log,
+        metrics=books.metrics,
+    )
+    assert isinstance(blocked, pipeline.Answer)
+    assert books.counted() == {("toy", "block")}
+    assert [r["path"] for r in audit_records(books.directory)] == ["/v1/toy", "/v1/toy"]
+    with pytest.raises(ValueError, match="is not a gated path"):
+        pipeline.Request(CLEAN, "/v1/responses", "http", "req_1", dialect=toy)

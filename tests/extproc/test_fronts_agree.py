@@ -51,12 +51,6 @@ from tests.servers.recording import RecordingUpstream
 # The families compared: door 2's calls and the ledger's writes (as tests/extproc/test_envoy.py
 # compares them), and the requests by outcome and the findings, which every front counts too.
 FAMILIES = (*COUNTED, "replay_proxy_requests_total", "replay_proxy_findings_total")
-# Where the WebSocket front answers otherwise than `serve` over HTTP today.
-UNREADABLE_FRAME_UPSTREAM = (
-    "an unreadable frame is counted under the connection's upstream "
-    "(requests_total{route=websocket,outcome=invalid,upstream=default}); over HTTP (and behind "
-    "Envoy) an unreadable body chose no upstream: upstream=-"
-)
 # How a WebSocket frame carries a body: its members after the frame's `type`.
 FRAME_HEAD = b'{"type":"response.create",'
 
@@ -85,9 +79,6 @@ class Row:
     said: str | None  # the error's `code`, or the `x-replay-gate` of a forwarded request
     # Its `response.create` frame, or why the row does not apply to a WebSocket.
     frame: bytes | NotOnWebSocket | None = None
-    # Why a front answers it otherwise today (the row's test is then an expected failure).
-    envoy_differs: str | None = None
-    websocket_differs: str | None = None
 
     def frame_of(self) -> bytes | NotOnWebSocket:
         return framed(self.data) if self.frame is None else self.frame
@@ -140,7 +131,6 @@ ROWS = {
         b'{"model":"m","input":[],"input":"hi"}',
         400,
         "invalid_json",
-        websocket_differs=UNREADABLE_FRAME_UPSTREAM,
     ),
     "unreadable-not-an-object": Row(
         "/v1/responses",
@@ -149,7 +139,6 @@ ROWS = {
         400,
         "invalid_body",
         frame=b"[1]",
-        websocket_differs=UNREADABLE_FRAME_UPSTREAM,
     ),
     "unreadable-input-a-number": Row(
         "/v1/responses",
@@ -157,7 +146,6 @@ ROWS = {
         b'{"input":5}',
         400,
         "invalid_input",
-        websocket_differs=UNREADABLE_FRAME_UPSTREAM,
     ),
     "unreadable-not-json": Row(
         "/v1/responses",
@@ -166,7 +154,6 @@ ROWS = {
         400,
         "invalid_json",
         frame=b"{not json",
-        websocket_differs=UNREADABLE_FRAME_UPSTREAM,
     ),
     "unreadable-gzip-truncated": Row(
         "/v1/responses",
@@ -213,10 +200,6 @@ ROWS = {
         odd_bytes(clean_body()),
         200,
         None,
-        websocket_differs=(
-            "door 2's audit record of a WebSocket turn has body_sha256 null (its record names "
-            "the connection, not the frame that asked); over HTTP it is the request body's hash"
-        ),
     ),
     "emits-failing-call-sse": Row(
         "/v1/responses",
@@ -230,15 +213,12 @@ ROWS = {
 
 
 def cases(front: str) -> list[Any]:
-    """The rows that apply to `front`, an expected failure where it answers otherwise today."""
-    params = []
-    for name, row in ROWS.items():
-        if front == "websocket" and isinstance(row.frame_of(), NotOnWebSocket):
-            continue
-        differs = row.envoy_differs if front == "envoy" else row.websocket_differs
-        marks = [pytest.mark.xfail(strict=True, reason=differs)] if differs else []
-        params.append(pytest.param(row, id=name, marks=marks))
-    return params
+    """The rows that apply to `front`: every row, but those a WebSocket has no frame for."""
+    return [
+        pytest.param(row, id=name)
+        for name, row in ROWS.items()
+        if front != "websocket" or not isinstance(row.frame_of(), NotOnWebSocket)
+    ]
 
 
 def check_row(by_http: Seen, row: Row) -> None:

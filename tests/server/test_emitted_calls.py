@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from hashlib import sha256
 from pathlib import Path
 from typing import Any, cast
 
@@ -233,9 +234,9 @@ async def test_a_bad_call_the_model_emits_is_relayed_unchanged_counted_and_audit
     assert record["response_id"] == "resp_door2"
     assert record["model"] == "m-upstream"
     assert record["previous_response_id"] == "resp_before"
-    if transport != "websocket":
-        # The request body's hash, as a rejected replay's record has it.
-        assert record["body_sha256"] is not None
+    # The hash of the request body (a WebSocket turn's: of the frame that asked for it), as a
+    # rejected replay's record has it.
+    assert record["body_sha256"] is not None
     assert record["findings"] == [
         {
             "index": 2,
@@ -249,6 +250,33 @@ async def test_a_bad_call_the_model_emits_is_relayed_unchanged_counted_and_audit
             "output_index": 2,
         }
     ]
+
+
+async def test_door_2s_record_of_a_websocket_turn_names_the_frame_that_asked_for_it(
+    canned: CannedUpstream,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """A frame with a finding it is forwarded with (an orphan output, logged) whose turn's
+    response holds a failing call: both records name the frame, by its own id (not the
+    connection's) and by the hash of its bytes, as both records of one HTTP request name it."""
+    canned.response = response_with(emitted_call("c_bad", GLOBAL))
+    base = await start_proxy(canned.url, gate={"action": "log"})
+    orphan = {"type": "function_call_output", "call_id": "c_none", "output": "{}"}
+    frame = json.dumps({"type": "response.create", **BODY, "input": [USER, orphan]})
+    async with client.ws_connect(base + "/v1/responses") as ws:
+        await ws.send_str(frame)
+        while json.loads(await ws.receive_str(timeout=HANG_GUARD_S))["type"] != (
+            "response.completed"
+        ):
+            pass
+
+    assert await counted(client, base, 1, tool=SALES, verdict="arguments_schema") == 1
+    replayed, emitted = audit_records(tmp_path)
+    assert (replayed["event"], emitted["event"]) == ("replay_rejected", "emitted_call_rejected")
+    assert emitted["request_id"] == replayed["request_id"]  # the frame's: each frame has one
+    assert emitted["body_sha256"] == replayed["body_sha256"] == sha256(frame.encode()).hexdigest()
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
