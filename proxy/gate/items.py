@@ -188,3 +188,27 @@ def declared_tools(body: Item) -> list[tuple[str, Any]]:
         if isinstance(item, dict) and item.get("type") in TOOL_ITEMS:
             found.extend(tool_schemas(item.get("tools")))
     return found
+
+
+MCP_LIST_TOOLS = "mcp_list_tools"
+
+
+def mcp_tool_name(call: Item) -> str | None:
+    """The name an MCP call's tool is listed under: `<server_label>/<name>` (a pin of that name,
+    else of the bare name, wins over the list)."""
+    name, label = call.get("name"), call.get("server_label")
+    if not isinstance(name, str) or not isinstance(label, str):
+        return None
+    return f"{label}/{name}"
+
+
+def mcp_tools(listed: Item) -> list[tuple[str, Any]]:
+    """(`<server_label>/<name>`, input_schema) of each tool an `mcp_list_tools` item lists."""
+    label, tools = listed.get("server_label"), listed.get("tools")
+    if listed.get("type") != MCP_LIST_TOOLS or not isinstance(label, str):
+        return []
+    return [
+        (f"{label}/{tool['name']}", tool.get("input_schema"))
+        for tool in (tools if isinstance(tools, list) else [])
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str)
+    ]

@@ -22,6 +22,9 @@ class Reason(StrEnum):
     ARGUMENTS_PARSE = "arguments_parse"
     UNKNOWN_TOOL = "unknown_tool"
     ARGUMENTS_SCHEMA = "arguments_schema"
+    # A custom tool's call: its `input` breaks the tool's grammar (where function calls stand
+    # at `arguments_schema`).
+    INPUT_GRAMMAR = "input_grammar"
     # Item-level reasons: about one item of `input` itself, found beside any output's reason.
     ENVELOPE = "envelope"
     AMBIGUOUS_ITEM = "ambiguous_item"
