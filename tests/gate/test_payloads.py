@@ -47,9 +47,7 @@ def findings(
         pytest.param("nowhere", [(1, "unknown_tool")], id="no-list"),
     ],
 )
-def test_an_mcp_call_is_judged_by_its_list_wherever_it_is(
-    where: str, expected: list[Any]
-) -> None:
+def test_an_mcp_call_is_judged_by_its_list_wherever_it_is(where: str, expected: list[Any]) -> None:
     items: list[Any] = [mcp_call()]
     ledger = Ledger()
     if where == "inline":
