@@ -283,6 +283,13 @@ def _not_portable(f: Finding) -> str:
     )
 
 
+def _tool_not_allowed(f: Finding) -> str:
+    return (
+        f"the model called {f.name or '(unnamed)'}, outside the tools the request's tool_choice "
+        "allowed (allowed_tools)"
+    )
+
+
 def _foreign_headline(f: Finding) -> str:
     if f.item_type and ":" not in f.item_type:
         return f"{f.item_type} is not a kind of item this upstream speaks"
@@ -308,6 +315,7 @@ _WORDS: dict[Reason, _Words] = {
         _ambiguous, lambda f: "an item without a type reads as more than one kind"
     ),
     Reason.UNKNOWN_REFERENCE: _Words(_unknown_reference, _unknown_reference),
+    Reason.TOOL_NOT_ALLOWED: _Words(_tool_not_allowed),
     Reason.FOREIGN_ITEM: _Words(
         _foreign_item,
         _foreign_headline,

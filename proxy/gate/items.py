@@ -212,3 +212,43 @@ def mcp_tools(listed: Item) -> list[tuple[str, Any]]:
         for tool in (tools if isinstance(tools, list) else [])
         if isinstance(tool, dict) and isinstance(tool.get("name"), str)
     ]
+
+
+ALLOWED_TOOLS = "allowed_tools"
+
+
+def allowed_tools(tool_choice: Any) -> frozenset[str] | None:
+    """The tools a request's `tool_choice` of type `allowed_tools` lets the model call, as
+    `permitted` reads them (a function or custom tool by the name its calls are declared under,
+    `mcp:<server_label>` for every tool of a server, `namespace:<name>` for every tool of a
+    namespace); None when the `tool_choice` restricts nothing. The Responses shape
+    (`{"type": "allowed_tools", "tools": [...]}`) and the Chat Completions one
+    (`{"type": "allowed_tools", "allowed_tools": {"tools": [...]}}`) are read."""
+    if not isinstance(tool_choice, dict) or tool_choice.get("type") != ALLOWED_TOOLS:
+        return None
+    inner = tool_choice.get(ALLOWED_TOOLS)
+    listed = (inner if isinstance(inner, dict) else tool_choice).get("tools")
+    found: set[str] = set()
+    for tool in listed if isinstance(listed, list) else ():
+        if not isinstance(tool, dict):
+            continue
+        function = tool.get("function")
+        spec = function if isinstance(function, dict) else tool
+        kind_of_tool, name = tool.get("type"), spec.get("name")
+        if kind_of_tool == "mcp" and isinstance(tool.get("server_label"), str):
+            found.add(f"mcp:{tool['server_label']}")
+        elif kind_of_tool == NAMESPACE and isinstance(name, str):
+            found.add(f"namespace:{name}")
+        elif isinstance(name, str):
+            found.add(name)
+    return frozenset(found)
+
+
+def permitted(call: Item, allowed: frozenset[str]) -> bool:
+    """Whether `allowed` (see `allowed_tools`) lets the model make this call."""
+    if call.get("type") == "mcp_call":
+        return f"mcp:{call.get('server_label')}" in allowed
+    namespace = call.get(NAMESPACE)
+    if isinstance(namespace, str) and f"namespace:{namespace}" in allowed:
+        return True
+    return tool_name(call) in allowed

@@ -96,6 +96,8 @@ class Context:
     tools_key: str | None = None  # `tools_key(tools)`, hashed once
     # With `ledger.whole_items`: the request's input items as they went upstream, whole.
     whole: tuple[Any, ...] | None = None
+    # The tools its `tool_choice` allows (`items.allowed_tools`); None: any it offers.
+    allowed: frozenset[str] | None = None
 
     @classmethod
     def of(
