@@ -32,7 +32,8 @@ async def test_each_family_is_paired(
     if not forged:
         # The tools the calls with input or arguments are judged by: declared, and listed.
         input_items.insert(1, LISTED)
-        await client.responses.create(model="m", input=input_items, tools=[PATCH_TOOL])
+        tools: list[Any] = [PATCH_TOOL]
+        await client.responses.create(model="m", input=input_items, tools=tools)
         [received] = recording_upstream.received
         assert received.json() == {"model": "m", "input": input_items, "tools": [PATCH_TOOL]}
         return
