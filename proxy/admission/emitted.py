@@ -19,7 +19,7 @@ from typing import Any
 from proxy.admission.routing import RouteCaches
 from proxy.gate.arguments import compile_schemas
 from proxy.gate.caches import GateCaches
-from proxy.gate.emitted import Emitted, ToolSchemas, emitted_calls, iter_emitted
+from proxy.gate.emitted import Emitted, ToolSchemas, emitted_calls, iter_emitted, listed_tools
 from proxy.gate.policy import Policy
 from proxy.gate.schemas import LRU
 from proxy.gate.verdict import Bounds
@@ -54,6 +54,10 @@ class _Answered:
     calls: _Calls
     policy: Policy | None
     bounds: Bounds
+    # The MCP tools the lists of the response and its request name; the tools its request's
+    # `tool_choice` allows (None: any).
+    listed: Mapping[str, list[Any]]
+    allowed: frozenset[str] | None
     relayed: Relayed | None = None
 
 
@@ -79,8 +83,12 @@ class EmittedCalls:
         calls = emitted_calls(response.get("output"))
         if calls:
             tools, key = (context.tools, context.tools_key) if context else ((), None)
+            inputs = context.items if context else ()
+            listed = listed_tools(inputs, response.get("output"))
+            allowed = context.allowed if context else None
+            bounds = bounds or DEFAULT_BOUNDS
             self.found.append(
-                _Answered(response, tools, key, calls, policy, bounds or DEFAULT_BOUNDS, relayed)
+                _Answered(response, tools, key, calls, policy, bounds, listed, allowed, relayed)
             )
 
     def take(self) -> list[_Answered]:
@@ -178,7 +186,11 @@ class EmittedChecks:
 
     def _judge(self, relayed: Relayed, answered: _Answered, schemas: ToolSchemas) -> None:
         bounds = answered.bounds
-        judged = list(iter_emitted(answered.calls, schemas, bounds.max_violations))
+        judged = list(
+            iter_emitted(
+                answered.calls, schemas, bounds.max_violations, answered.listed, answered.allowed
+            )
+        )
         failed = [e.finding for e in judged if e.finding is not None]
         if failed:
             entry = emitted_record(

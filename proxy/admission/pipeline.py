@@ -377,9 +377,10 @@ def context_of(
             recorded = kept(item, tools_key)
             if recorded is not None:
                 found.append(recorded)
-    if not found and not tools and not compacts:
+    allowed = items.allowed_tools(parsed.get("tool_choice"))
+    if not found and not tools and not compacts and allowed is None:
         return NO_CONTEXT
-    return Context(tuple(found), tools, compacts, tools_key)
+    return Context(tuple(found), tools, compacts, tools_key, allowed=allowed)
 
 
 def _unanswered(found: Iterable[Any], answered: set[str]) -> list[dict[str, Any]]:

@@ -2,8 +2,12 @@
 
 A host checks the model's call against the tool's schema before it runs it. The proxy sees every
 `function_call` an upstream emits. It judges each with the gate's own checks (`arguments_type`,
-`arguments_parse`, `unknown_tool`, `arguments_schema`), compiled schemas and verdict cache. A
-call that fails is a `Finding` in the shape of a rejected replay, its `index` the call's place
+`arguments_parse`, `unknown_tool`, `arguments_schema`), compiled schemas and verdict cache. An
+upstream whose vocabulary has `mcp_call` (vendor openai) has its `mcp_call`s judged the same way,
+against the `input_schema` an `mcp_list_tools` item of the response or of the request lists
+(a call to a server no list in view names is not judged: its list is further up the chain).
+When the request's `tool_choice` is `allowed_tools`, a call outside them is `tool_not_allowed`.
+A call that fails is a `Finding` in the shape of a rejected replay, its `index` the call's place
 in the response's `output`. Nothing is changed: the answer was relayed before the check.
 """
 
@@ -23,6 +27,7 @@ from proxy.gate.findings import Failed, Finding
 from proxy.gate.policy import Policy
 from proxy.gate.reasons import Reason
 from proxy.gate.schemas import MAX_VIOLATIONS, Compiled
+from proxy.gate.vocabulary import vocabulary_of
 
 OK = "ok"
 
@@ -40,15 +45,31 @@ class Emitted:
     finding: Finding | None = None
 
 
+MCP_CALL = "mcp_call"
+_JUDGED = (items.FUNCTION_CALL, MCP_CALL)
+
+
 def emitted_calls(output: Any) -> list[tuple[int, Mapping[str, Any]]]:
-    """The function_call items of a response's `output`, each with its index in it."""
+    """The function_call and mcp_call items of a response's `output`, each with its index."""
     if not isinstance(output, list):
         return []
     return [
         (index, item)
         for index, item in enumerate(output)
-        if isinstance(item, dict) and item.get("type") == items.FUNCTION_CALL
+        if isinstance(item, dict) and item.get("type") in _JUDGED
     ]
+
+
+def listed_tools(*sources: Any) -> dict[str, list[Any]]:
+    """The `input_schema` of each MCP tool (`<server_label>/<name>`) the `mcp_list_tools` items
+    of `sources` (lists of items: a response's output, a request's input) list."""
+    found: dict[str, list[Any]] = {}
+    for source in sources:
+        for item in source if isinstance(source, (list, tuple)) else ():
+            if isinstance(item, dict):
+                for name, schema in items.mcp_tools(item):
+                    found.setdefault(name, []).append({} if schema is None else schema)
+    return found
 
 
 class ToolSchemas:
@@ -80,6 +101,12 @@ class ToolSchemas:
             if self.caches.schemas.pending(schema, limits)
         ]
 
+    def listed(self, name: str, listed: Mapping[str, list[Any]]) -> list[Compiled | SchemaError]:
+        """An MCP tool's schemas: the pinned one (`<server_label>/<name>`, else the bare name),
+        else those its lists give."""
+        pinned = self.policy.pin_for(name)
+        return [pinned] if pinned is not None else [self._compile(s) for s in listed[name]]
+
     def of(self, name: str | None) -> list[Compiled | SchemaError]:
         if name is None:
             return []
@@ -105,6 +132,8 @@ def iter_emitted(
     calls: Sequence[tuple[int, Mapping[str, Any]]],
     schemas: ToolSchemas,
     max_violations: int = MAX_VIOLATIONS,
+    listed: Mapping[str, list[Any]] | None = None,
+    allowed: frozenset[str] | None = None,
 ) -> Iterator[Emitted]:
     """The verdict on each emitted call; never raises on any JSON value.
 
@@ -112,13 +141,32 @@ def iter_emitted(
     pinned in the policy wins over them, as it does when the call is replayed. Every call of
     one response shares one validation allowance, as the calls of one request do; a finding
     lists at most `max_violations` violations (`limits.max_violations`), the others counted.
+    `listed` gives the MCP tools of the lists in view (`listed_tools`); `allowed`, the tools the
+    request's `tool_choice` allows (`items.allowed_tools`), a call outside them failing first.
     """
     allowance = Allowance(schemas.policy.validation_timeout_s)
+    speaks_mcp = vocabulary_of(schemas.policy.vendor).of(MCP_CALL) is not None
+    listed = listed or {}
     for index, call in calls:
         named = call.get("name")
         name = named if isinstance(named, str) else None
-        found = schemas.of(items.tool_name(call))
-        failed = _judged(call.get("arguments"), found, schemas.caches, allowance, max_violations)
+        is_mcp = call.get("type") == MCP_CALL
+        if is_mcp and not speaks_mcp:
+            continue
+        failed: Failed | None = None
+        if allowed is not None and not items.permitted(call, allowed):
+            failed = Failed(Reason.TOOL_NOT_ALLOWED)
+        if is_mcp:
+            mcp_name = items.mcp_tool_name(call)
+            label = f"{call.get('server_label')}/"
+            if failed is None and not any(n.startswith(label) for n in listed):
+                continue
+            found = schemas.listed(mcp_name, listed) if mcp_name in listed and mcp_name else []
+        else:
+            found = schemas.of(items.tool_name(call))
+        if failed is None:
+            arguments = call.get("arguments")
+            failed = _judged(arguments, found, schemas.caches, allowance, max_violations)
         if failed is None:
             yield Emitted(index, name, OK, bool(found))
             continue
@@ -133,6 +181,7 @@ def iter_emitted(
             failed.fail,
             call.get("arguments"),
             passed=failed.passed,
+            item_type=MCP_CALL if is_mcp else None,
             fail_omitted=failed.fail_omitted,
         )
         yield Emitted(index, name, failed.reason, bool(found), finding)

@@ -77,6 +77,8 @@ class Finding:
         if self.reason == Reason.ARGUMENTS_SCHEMA:
             found["pass"] = list(self.passed)
             found["fail"] = [v.as_dict() for v in self.fail]
+        if self.reason == Reason.INPUT_GRAMMAR:
+            found["fail"] = [v.as_dict() for v in self.fail]
         if self.reason == Reason.UNKNOWN_REFERENCE:
             found["id"] = self.reference
         if self.reason == Reason.NOT_PORTABLE:
@@ -100,6 +102,8 @@ class Finding:
         if headline is not None:
             return f"{where}: {headline(self)}: {self.reason}"
         subject = f"paired {_call(self)}"
+        if self.item_type in _RAN:
+            subject = f"the {self.item_type}"
         if self.reason == Reason.NOT_PORTABLE and self.item_type == items.FUNCTION_CALL_OUTPUT:
             subject = "the function_call_output"
         detail = str(self.reason)
@@ -195,7 +199,17 @@ def _arguments_parse(f: Finding) -> str:
     return said
 
 
+# The calls a server ran, their results inside them: a finding is about the call itself.
+_RAN = ("mcp_call",)
+_MCP = ("mcp_call", "mcp_approval_request")
+
+
 def _unknown_tool(f: Finding) -> str:
+    if f.item_type in _MCP:
+        return (
+            f"no mcp_list_tools item of the context lists tool {f.name or '(unnamed)'} of its "
+            "server_label: pin one under tools: as <server_label>/<name>"
+        )
     return (
         f"no schema for tool {f.name or '(unnamed)'}: pin one under tools: or send it in the "
         "request's tools"
@@ -204,6 +218,12 @@ def _unknown_tool(f: Finding) -> str:
 
 def _arguments_schema(f: Finding) -> str:
     return violations(f.fail, f.fail_omitted) or "the arguments failed schema"
+
+
+def _input_grammar(f: Finding) -> str:
+    said = "the input breaks its custom tool's format"
+    shown = "; ".join(v.message or v.reason for v in f.fail)
+    return f"{said}: {shown}" if shown else said
 
 
 def _envelope(f: Finding) -> str:
@@ -263,6 +283,13 @@ def _not_portable(f: Finding) -> str:
     )
 
 
+def _tool_not_allowed(f: Finding) -> str:
+    return (
+        f"the model called {f.name or '(unnamed)'}, outside the tools the request's tool_choice "
+        "allowed (allowed_tools)"
+    )
+
+
 def _foreign_headline(f: Finding) -> str:
     if f.item_type and ":" not in f.item_type:
         return f"{f.item_type} is not a kind of item this upstream speaks"
@@ -282,11 +309,13 @@ _WORDS: dict[Reason, _Words] = {
     Reason.ARGUMENTS_PARSE: _Words(_arguments_parse),
     Reason.UNKNOWN_TOOL: _Words(_unknown_tool),
     Reason.ARGUMENTS_SCHEMA: _Words(_arguments_schema),
+    Reason.INPUT_GRAMMAR: _Words(_input_grammar),
     Reason.ENVELOPE: _Words(_envelope, _envelope_headline),
     Reason.AMBIGUOUS_ITEM: _Words(
         _ambiguous, lambda f: "an item without a type reads as more than one kind"
     ),
     Reason.UNKNOWN_REFERENCE: _Words(_unknown_reference, _unknown_reference),
+    Reason.TOOL_NOT_ALLOWED: _Words(_tool_not_allowed),
     Reason.FOREIGN_ITEM: _Words(
         _foreign_item,
         _foreign_headline,

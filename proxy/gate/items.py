@@ -188,3 +188,67 @@ def declared_tools(body: Item) -> list[tuple[str, Any]]:
         if isinstance(item, dict) and item.get("type") in TOOL_ITEMS:
             found.extend(tool_schemas(item.get("tools")))
     return found
+
+
+MCP_LIST_TOOLS = "mcp_list_tools"
+
+
+def mcp_tool_name(call: Item) -> str | None:
+    """The name an MCP call's tool is listed under: `<server_label>/<name>` (a pin of that name,
+    else of the bare name, wins over the list)."""
+    name, label = call.get("name"), call.get("server_label")
+    if not isinstance(name, str) or not isinstance(label, str):
+        return None
+    return f"{label}/{name}"
+
+
+def mcp_tools(listed: Item) -> list[tuple[str, Any]]:
+    """(`<server_label>/<name>`, input_schema) of each tool an `mcp_list_tools` item lists."""
+    label, tools = listed.get("server_label"), listed.get("tools")
+    if listed.get("type") != MCP_LIST_TOOLS or not isinstance(label, str):
+        return []
+    return [
+        (f"{label}/{tool['name']}", tool.get("input_schema"))
+        for tool in (tools if isinstance(tools, list) else [])
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str)
+    ]
+
+
+ALLOWED_TOOLS = "allowed_tools"
+
+
+def allowed_tools(tool_choice: Any) -> frozenset[str] | None:
+    """The tools a request's `tool_choice` of type `allowed_tools` lets the model call, as
+    `permitted` reads them (a function or custom tool by the name its calls are declared under,
+    `mcp:<server_label>` for every tool of a server, `namespace:<name>` for every tool of a
+    namespace); None when the `tool_choice` restricts nothing. The Responses shape
+    (`{"type": "allowed_tools", "tools": [...]}`) and the Chat Completions one
+    (`{"type": "allowed_tools", "allowed_tools": {"tools": [...]}}`) are read."""
+    if not isinstance(tool_choice, dict) or tool_choice.get("type") != ALLOWED_TOOLS:
+        return None
+    inner = tool_choice.get(ALLOWED_TOOLS)
+    listed = (inner if isinstance(inner, dict) else tool_choice).get("tools")
+    found: set[str] = set()
+    for tool in listed if isinstance(listed, list) else ():
+        if not isinstance(tool, dict):
+            continue
+        function = tool.get("function")
+        spec = function if isinstance(function, dict) else tool
+        kind_of_tool, name = tool.get("type"), spec.get("name")
+        if kind_of_tool == "mcp" and isinstance(tool.get("server_label"), str):
+            found.add(f"mcp:{tool['server_label']}")
+        elif kind_of_tool == NAMESPACE and isinstance(name, str):
+            found.add(f"namespace:{name}")
+        elif isinstance(name, str):
+            found.add(name)
+    return frozenset(found)
+
+
+def permitted(call: Item, allowed: frozenset[str]) -> bool:
+    """Whether `allowed` (see `allowed_tools`) lets the model make this call."""
+    if call.get("type") == "mcp_call":
+        return f"mcp:{call.get('server_label')}" in allowed
+    namespace = call.get(NAMESPACE)
+    if isinstance(namespace, str) and f"namespace:{namespace}" in allowed:
+        return True
+    return tool_name(call) in allowed

@@ -36,6 +36,10 @@ class Recorded(Protocol):
         upstream response relayed to this tenant emitted; empty when none did."""
         ...
 
+    def mcp_lists(self) -> Sequence[Item]:
+        """The `mcp_list_tools` items of the `previous_response_id` chain of this request."""
+        ...
+
 
 # What makes two items the same call; `id` and `status` count only where both have one.
 _IDENTITY = ("type", "call_id", "name", "arguments")
@@ -64,6 +68,9 @@ class NothingRecorded:
         return None
 
     def emitted_statuses(self, call: Item) -> Sequence[Any]:
+        return ()
+
+    def mcp_lists(self) -> Sequence[Item]:
         return ()
 
 

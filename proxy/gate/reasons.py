@@ -23,12 +23,17 @@ class Reason(StrEnum):
     ARGUMENTS_PARSE = "arguments_parse"
     UNKNOWN_TOOL = "unknown_tool"
     ARGUMENTS_SCHEMA = "arguments_schema"
+    # A custom tool's call: its `input` breaks the tool's grammar (where function calls stand
+    # at `arguments_schema`).
+    INPUT_GRAMMAR = "input_grammar"
     # Item-level reasons: about one item of `input` itself, found beside any output's reason.
     ENVELOPE = "envelope"
     AMBIGUOUS_ITEM = "ambiguous_item"
     UNKNOWN_REFERENCE = "unknown_reference"
     # An item whose `type` carries another vendor's slug than the target upstream's `vendor`.
     FOREIGN_ITEM = "foreign_item"
+    # Door 2 only: a call the model emitted outside the request's `allowed_tools`.
+    TOOL_NOT_ALLOWED = "tool_not_allowed"
 
 
 Action = Literal["block", "strip", "rewrite", "log"]
@@ -70,9 +75,13 @@ FOREIGN_ITEM = Reason.FOREIGN_ITEM
 
 ITEM_REASONS = (ENVELOPE, AMBIGUOUS_ITEM, UNKNOWN_REFERENCE, FOREIGN_ITEM)
 
-# Checked in this order; the first that applies wins.
-REASONS = tuple(r for r in Reason if r not in ITEM_REASONS)
+# The reasons of door 2 alone, which only watches: no `gate.actions` key, no replay finds them.
+EMITTED_REASONS = (Reason.TOOL_NOT_ALLOWED,)
 
+# Checked in this order; the first that applies wins.
+REASONS = tuple(r for r in Reason if r not in ITEM_REASONS and r not in EMITTED_REASONS)
+
+# The reasons of the gate's findings, each a `gate.actions` key.
 ALL_REASONS = (*REASONS, *ITEM_REASONS)
 
 # Reasons whose output has no call to tell the model about (or whose item is not an output),

@@ -16,6 +16,7 @@ from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import error_document
 from proxy.gate.findings import MESSAGES, Failed, Finding
+from proxy.gate.grammar import check_input, custom_formats
 from proxy.gate.items import Item
 from proxy.gate.pairing import NOTHING_RECORDED, Pairing, Recorded
 from proxy.gate.phrases import detail_of
@@ -36,7 +37,7 @@ from proxy.gate.schemas import (
     MAX_VIOLATIONS,
     Compiled,
 )
-from proxy.gate.vocabulary import Kind, vocabulary_of
+from proxy.gate.vocabulary import Kind, PayloadCheck, Role, vocabulary_of
 
 # Findings listed per answer or record by default (`limits.max_findings`); the others counted.
 MAX_FINDINGS = 100
@@ -170,6 +171,11 @@ class _Inspection:
         self.recorded = recorded
         self.request_schemas: dict[str, list[Any]] | None = None
         self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
+        # The custom tools' formats, the MCP tools listed in the context, and the latter's
+        # schemas compiled: each found once per request, when a call needs them.
+        self.formats: dict[str, list[Any]] | None = None
+        self.listed: dict[str, list[Any]] | None = None
+        self.compiled_mcp: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
         self.allowance = Allowance(policy.validation_timeout_s)
         self.steps = Steps(QUICK_STEPS)
         self.vocabulary = vocabulary_of(policy.vendor)
@@ -225,6 +231,12 @@ class _Inspection:
                 finding = self.check_output(index, item, family)
                 if finding is not None:
                     yield finding
+            own = self.vocabulary.of(self.pairing.kinds[index])
+            if own is not None and own.role == Role.NEITHER and own.check != PayloadCheck.NONE:
+                # A call the server ran, its output inside it (an `mcp_call`): judged itself.
+                finding = self.check_ran(index, item, own)
+                if finding is not None:
+                    yield finding
 
     def dangles(self, finding: Finding) -> bool:
         """Whether stripping what `finding` strips would leave a call that lives upstream
@@ -256,7 +268,7 @@ class _Inspection:
     def failed(
         self,
         index: int,
-        call_id: str,
+        call_id: str | None,
         failed: Failed,
         paired_index: int | None,
         call: Item,
@@ -349,6 +361,73 @@ class _Inspection:
         detail = detail_of(reason, call, emitted)
         return self.failed(index, call_id, failed, paired_index, call, detail)
 
+    def check_ran(self, index: int, call: Item, kind: Kind) -> Finding | None:
+        """The finding of a call at `index` that carries its own result (an `mcp_call`): its
+        arguments against its tool's schema; None when they pass."""
+        failed = self.check_payload(call, kind.check)
+        if failed is None:
+            return None
+        failed = replace(failed, item_type=kind.type)
+        return self.failed(index, None, failed, None, call, detail_of(failed.reason, call, ()))
+
+    def check_payload(self, call: Item, check: PayloadCheck) -> Failed | None:
+        """A call's arguments or input, checked as its kind says: an MCP tool's against the
+        `input_schema` its list gives, a custom tool's against its `format`."""
+        if check == PayloadCheck.GRAMMAR:
+            name = items.tool_name(call)
+            formats = self.custom_formats().get(name, []) if name is not None else []
+            return check_input(call.get("input"), formats, self.allowance)
+        if check != PayloadCheck.MCP_SCHEMA:
+            return None
+        arguments = call.get("arguments")
+        if not isinstance(arguments, str):
+            return Failed(Reason.ARGUMENTS_TYPE)
+        name = items.mcp_tool_name(call)
+        schemas, key = self.mcp_schemas_for(name) if name is not None else ([], ())
+        return judged_arguments(
+            arguments, schemas, key, self.caches, self.allowance, self.bounds.max_violations
+        )
+
+    def custom_formats(self) -> dict[str, list[Any]]:
+        """The `format` of each custom tool the request declares, by name."""
+        if self.formats is None:
+            self.formats = {}
+            declared = [self.body.get("tools")]
+            declared += [
+                item.get("tools")
+                for item in self.input
+                if isinstance(item, dict) and item.get("type") in items.TOOL_ITEMS
+            ]
+            for tools in declared:
+                for name, found in custom_formats(tools):
+                    self.formats.setdefault(name, []).append(found)
+        return self.formats
+
+    def mcp_schemas_for(self, name: str) -> tuple[list[Compiled | SchemaError], tuple[int, ...]]:
+        """The pinned schema (`<server_label>/<name>`, else the bare name), else the
+        `input_schema` of every `mcp_list_tools` item of the context that lists the tool:
+        inline, behind a reference, or in the recorded chain."""
+        found = self.compiled_mcp.get(name)
+        if found is None:
+            if self.listed is None:
+                self.listed = {}
+                lists = [
+                    *(i for i in self.input if isinstance(i, dict)),
+                    *self.pairing.resolved.values(),
+                    *self.recorded.mcp_lists(),
+                ]
+                for listed in lists:
+                    for tool, schema in items.mcp_tools(listed):
+                        self.listed.setdefault(tool, []).append(schema)
+            pinned = self.policy.pin_for(name)
+            schemas: list[Compiled | SchemaError] = (
+                [pinned]
+                if pinned is not None
+                else [self.compile(s) for s in self.listed.get(name, ())]
+            )
+            found = self.compiled_mcp[name] = (schemas, schemas_key(schemas))
+        return found
+
     def check_call(
         self, call: Item, output: Item, family: Kind, *, recorded: bool
     ) -> Failed | None:
@@ -374,7 +453,11 @@ class _Inspection:
         if item_type != family.partner:
             return Failed(Reason.NOT_FUNCTION_CALL)
         if item_type != items.FUNCTION_CALL:
-            return self.check_status(call, status, emitted)
+            failed = self.check_status(call, status, emitted)
+            kind = self.vocabulary.of(item_type)
+            if failed is not None or kind is None:
+                return failed
+            return self.check_payload(call, kind.check)
         unportable = self.caches.item_schemas.check_pair(
             call, output, self.caches.portable, self.allowance, self.steps
         )

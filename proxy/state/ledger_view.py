@@ -76,6 +76,8 @@ class LedgerView:
     tools: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
     # The upstream that made the named previous response, as recorded (None: unknown).
     origin: str | None = None
+    # The mcp_list_tools items of the chain: the schemas its mcp_calls are judged by.
+    listed_tools: list[Item] = field(default_factory=list)
 
     def calls(self, call_id: str) -> Sequence[Item]:
         return self.chain_calls.get(call_id, ())
@@ -89,9 +91,14 @@ class LedgerView:
         name, arguments = call.get("name"), call.get("arguments")
         return [status for n, a, status in found if n == name and same_arguments(a, arguments)]
 
+    def mcp_lists(self) -> Sequence[Item]:
+        return self.listed_tools
+
     def add_chain(self, recordings: Iterable[RecordedResponse]) -> None:
         for recording in recordings:
             for index, item in enumerate(recording.items):
+                if item.get("type") == items.MCP_LIST_TOOLS:
+                    self.listed_tools.append(item)
                 key = items.pairing_key(item)
                 if key is not None and item.get("type") != COMPACTION:
                     self.chain_calls.setdefault(key, []).append(item)

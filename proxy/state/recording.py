@@ -18,8 +18,11 @@ from proxy.gate.items import Item
 
 # What the gate needs of a recorded item; the rest (message text, reasoning) is not kept.
 # `TOOLS` names, on a recorded call, the tools of the request that made it (their hash).
-_KEPT_FIELDS = ("type", "id", "call_id", "name", "arguments", "status", items.RECORDED_TOOLS)
-_SHARED_FIELDS = frozenset({"type", "name", "status", items.RECORDED_TOOLS})
+_KEPT_FIELDS = (
+    *("type", "id", "call_id", "name", "arguments", "status", "server_label"),
+    items.RECORDED_TOOLS,
+)
+_SHARED_FIELDS = frozenset({"type", "name", "status", "server_label", items.RECORDED_TOOLS})
 COMPACTION = "compaction"
 
 
@@ -42,6 +45,8 @@ def kept(item: Item, tools: str | None = None, *, trusted: bool = False) -> dict
             return None
         return {"type": items.MESSAGE, "id": item_id}
     found = {k: _shared(k, item[k]) for k in _KEPT_FIELDS if k in item}
+    if item_kind == items.MCP_LIST_TOOLS and "tools" in item:
+        found["tools"] = item["tools"]  # the input_schema an mcp_call is judged by
     if not trusted:
         found.pop(items.RECORDED_TOOLS, None)  # only the ledger says which tools made a call
     if tools is not None and item_kind == items.FUNCTION_CALL:
@@ -91,6 +96,8 @@ class Context:
     tools_key: str | None = None  # `tools_key(tools)`, hashed once
     # With `ledger.whole_items`: the request's input items as they went upstream, whole.
     whole: tuple[Any, ...] | None = None
+    # The tools its `tool_choice` allows (`items.allowed_tools`); None: any it offers.
+    allowed: frozenset[str] | None = None
 
     @classmethod
     def of(

@@ -32,6 +32,9 @@ class Ledger:
     def item(self, item_id: str) -> Item | None:
         return self.stored.get(item_id)
 
+    def mcp_lists(self) -> Sequence[Item]:
+        return [item for item in self.chain if item.get("type") == items.MCP_LIST_TOOLS]
+
     def emitted_statuses(self, call: Item) -> Sequence[Any]:
         self.asked.append(call)
         key = (call.get("call_id"), call.get("name"), call.get("arguments"))

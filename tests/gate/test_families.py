@@ -10,7 +10,7 @@ import pytest
 from proxy.gate.findings import message as sentence
 from proxy.gate.policy import Policy
 from proxy.gate.verdict import inspect, rejection
-from tests.builders import message, request
+from tests.builders import TOOLS, message, request
 from tests.gate.ledger_double import Ledger
 
 EXEC = {"type": "exec", "command": ["ls"], "env": {}}
@@ -52,10 +52,16 @@ FAMILIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
 }  # fmt: skip
 WITH_STATUS = [k for k, (call, _) in FAMILIES.items() if "status" in call]
+# The tools the calls with arguments or input are judged by: a custom tool taking any text, and
+# the MCP tool a list of the recorded chain names.
+PATCH_TOOL = {"type": "custom", "name": "patch", "format": {"type": "text"}}
+LISTED = {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "crm",
+          "tools": [{"name": "sales", "input_schema": {"type": "object"}}]}  # fmt: skip
 
 
 def verdict_of(*input_items: Any, vendor: str | None = "openai") -> list[tuple[Any, str]]:
-    verdict = inspect(request(message("hi"), *input_items), Policy(vendor=vendor), Ledger())
+    body = request(message("hi"), *input_items, tools=[*TOOLS, PATCH_TOOL])
+    verdict = inspect(body, Policy(vendor=vendor), Ledger([LISTED]))
     return [(f.index, f.reason) for f in verdict.findings]
 
 

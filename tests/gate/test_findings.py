@@ -11,7 +11,7 @@ import pytest
 from proxy.gate.arguments import check_arguments
 from proxy.gate.findings import Failed, Finding, message
 from proxy.gate.policy import Policy
-from proxy.gate.reasons import ALL_REASONS, Reason
+from proxy.gate.reasons import ALL_REASONS, EMITTED_REASONS, Reason
 from proxy.gate.records import read_finding
 from proxy.gate.schemas import SchemaCache, Violation
 from tests.test_layers import PROXY, imports_of
@@ -24,12 +24,17 @@ def test_a_reason_is_its_string(reason: Reason) -> None:
     assert hash(reason) == hash(reason.value)
     assert f"{reason}" == str(reason) == reason.value
     assert json.dumps({reason: reason}) == json.dumps({reason.value: reason.value})
-    assert Policy(actions={reason.value: "log"}).action_for(reason) == "log"
+    if reason in EMITTED_REASONS:  # door 2 only watches: no action to give it
+        with pytest.raises(ValueError, match=f"actions.{reason}: unknown reason"):
+            Policy(actions={reason.value: "log"})
+    else:
+        assert Policy(actions={reason.value: "log"}).action_for(reason) == "log"
 
 
 def test_every_reason_is_named_once() -> None:
-    assert sorted(ALL_REASONS) == sorted(Reason)
+    assert sorted((*ALL_REASONS, *EMITTED_REASONS)) == sorted(Reason)
     assert len(set(ALL_REASONS)) == len(ALL_REASONS)
+    assert not set(ALL_REASONS) & set(EMITTED_REASONS)
 
 
 def _headline(reason: Reason) -> str:

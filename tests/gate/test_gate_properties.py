@@ -242,6 +242,9 @@ class Ledger:
     def emitted_statuses(self, call: Item) -> Sequence[Any]:
         return [item.get("status") for item in self.upstream if call is item]
 
+    def mcp_lists(self) -> Sequence[Item]:
+        return ()
+
 
 LEDGERS = st.builds(Ledger, st.lists(FUNCTION_CALLS | OTHER_ITEMS, max_size=3))
 

@@ -9,7 +9,7 @@ import pytest
 
 from proxy.gate.findings import Finding, message
 from proxy.gate.policy import Policy
-from proxy.gate.reasons import ALL_REASONS, Reason
+from proxy.gate.reasons import ALL_REASONS, EMITTED_REASONS, Reason
 from proxy.gate.records import failure_record
 from proxy.gate.verdict import inspect
 from tests.builders import GLOBAL, WEB_SEARCH, call, output, ref, request, without
@@ -19,7 +19,7 @@ from tests.gate.ledger_double import Ledger
 SILENT = "the call failed the replay gate"
 
 
-@pytest.mark.parametrize("reason", ALL_REASONS)
+@pytest.mark.parametrize("reason", [*ALL_REASONS, *EMITTED_REASONS])
 def test_every_reason_has_a_message(reason: Reason) -> None:
     said = message(Finding(1, reason, "block", "call_1", 0, "get_latest_sales_report"))
     assert not said.startswith(SILENT), f"{reason} has no message of its own"

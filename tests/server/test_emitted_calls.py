@@ -473,3 +473,54 @@ async def test_pipelined_websocket_turns_each_have_their_calls_checked_under_the
         "arguments_schema",
         "unknown_tool",
     ]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_call_outside_the_requests_allowed_tools_is_counted_and_audited(
+    canned: CannedUpstream,
+    start_proxy: ProxyFactory,
+    client: aiohttp.ClientSession,
+    tmp_path: Path,
+    transport: str,
+) -> None:
+    canned.response = response_with(emitted_call("c_out", APAC))
+    base = await start_proxy(canned.url)
+    choice = {
+        "type": "allowed_tools",
+        "mode": "auto",
+        "tools": [{"type": "function", "name": "pick"}],
+    }
+    body = BODY | {"tools": [SALES_TOOL, PICK_TOOL], "tool_choice": choice}
+
+    got = await one_turn(client, base, transport, body)
+
+    assert got == sent_for(canned, transport)
+    assert await counted(client, base, 1, tool=SALES, verdict="tool_not_allowed") == 1
+    [record] = audit_records(tmp_path)
+    [finding] = record["findings"]
+    assert (finding["index"], finding["reason"]) == (1, "tool_not_allowed")
+
+
+async def test_an_mcp_call_the_model_emits_is_judged_by_the_list_beside_it(
+    canned: CannedUpstream,
+    start_routed: ProxyFactory,
+    client: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    listed = {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "wiki",
+              "tools": [{"name": "ask", "input_schema": schema}]}  # fmt: skip
+    called = {"type": "mcp_call", "id": "mcp_1", "server_label": "wiki", "name": "ask",
+              "arguments": '{"q": 1}', "output": "42", "status": "completed"}  # fmt: skip
+    canned.response = response_with(listed, called)
+    openai_upstream = {"url": canned.url, "vendor": "openai"}
+    base = await start_routed(upstreams={"up": openai_upstream}, routes=[{"upstream": "up"}])
+
+    got = await one_turn(client, base, "json", BODY)
+
+    assert got == sent_for(canned, "json")
+    assert await counted(client, base, 1, tool="ask", verdict="arguments_schema") == 1
+    [record] = audit_records(tmp_path)
+    [finding] = record["findings"]
+    assert (finding["index"], finding["reason"], finding["name"]) == (2, "arguments_schema", "ask")
+    assert [v["path"] for v in finding["fail"]] == ["/q"]

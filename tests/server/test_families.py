@@ -10,7 +10,7 @@ import pytest
 
 from tests.builders import USER
 from tests.fixture_types import Clients, ProxyFactory
-from tests.gate.test_families import FAMILIES
+from tests.gate.test_families import FAMILIES, LISTED, PATCH_TOOL
 from tests.servers.recording import RecordingUpstream
 
 
@@ -30,9 +30,12 @@ async def test_each_family_is_paired(
     input_items: list[Any] = [USER, output] if forged else [USER, call, output]
 
     if not forged:
-        await client.responses.create(model="m", input=input_items)
+        # The tools the calls with input or arguments are judged by: declared, and listed.
+        input_items.insert(1, LISTED)
+        tools: list[Any] = [PATCH_TOOL]
+        await client.responses.create(model="m", input=input_items, tools=tools)
         [received] = recording_upstream.received
-        assert received.json() == {"model": "m", "input": input_items}
+        assert received.json() == {"model": "m", "input": input_items, "tools": [PATCH_TOOL]}
         return
     with pytest.raises(openai.BadRequestError) as raised:
         await client.responses.create(model="m", input=input_items)

@@ -45,6 +45,9 @@ class Recorded:
     def emitted_statuses(self, call: Item) -> Sequence[Any]:
         return ()
 
+    def mcp_lists(self) -> Sequence[Item]:
+        return ()
+
 
 def ref(item_id: str) -> dict[str, Any]:
     return {"type": "item_reference", "id": item_id}

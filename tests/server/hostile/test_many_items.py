@@ -110,6 +110,9 @@ class CountingLedger:
     def emitted_statuses(self, call: Item) -> tuple[str, ...]:
         return ()
 
+    def mcp_lists(self) -> tuple[Item, ...]:
+        return ()
+
 
 def test_ten_thousand_item_references_are_each_resolved_once() -> None:
     calls = [sales_call(f"call_{i}") for i in range(5_000)]
