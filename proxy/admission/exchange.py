@@ -210,15 +210,19 @@ class Exchange:
         if mounted.own and not behind_envoy:
             message = f"{method} {mounted.path}: no such admin endpoint; /-/ is never forwarded"
             raise self.refuse(ProxyError(404, "not_found", message), "not_found")
-        reads = method == "GET" and targets.reads_response(mounted.path)
-        if behind_envoy and gated is None and not reads:
+        if (
+            behind_envoy
+            and gated is None
+            and not (method == "GET" and targets.reads_response(mounted.path))
+        ):
             self.state = _PASSED
             return _PASS
         try:
             self.tenant = tenant_for(credential_of(values), self.config)
         except ProxyError as exc:
             raise self.refuse(exc, "unauthorized") from None
-        self.matched = routing.route_headers(routes, values)
+        if self.caches.match_headers:
+            self.matched = routing.route_headers(routes, values)
         # Behind Envoy any upgrade to a WebSocket is refused; `serve` upgrades a GET's only.
         if (
             gated is not None
