@@ -438,6 +438,11 @@ class Exchange:
         tap = self.tap
         return _NOTHING if tap is None else tap.feed(data)
 
+    def feeder(self) -> Callable[[bytes], Awaitable[None]] | None:
+        """What a front that relays many chunks hands each one to (what `chunk` does, without
+        a call of the exchange's per chunk); None when the answer is not watched."""
+        return None if self.tap is None else self.tap.feed
+
     def end(self) -> Awaitable[None]:
         """The answer ended whole, to await: a JSON response is recorded now."""
         tap = self.tap

@@ -116,8 +116,10 @@ async def _stream(
         protocol = answer.connection.protocol
     try:
         await response.prepare(request)
+        feed = exchange.feeder()
         async for chunk in content.iter_any():
-            await exchange.chunk(chunk)
+            if feed is not None:
+                await feed(chunk)
             await response.write(chunk)
             access.bytes += len(chunk)
         cut = cut_of(protocol)
