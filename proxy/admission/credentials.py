@@ -11,4 +11,8 @@ CREDENTIAL_HEADERS = ("authorization", "api-key")
 def credential_of(values: Callable[[str], Sequence[str]]) -> str | None:
     """The credential a request presents, from `values` (a header's values by lower-case
     name, none when absent)."""
-    return next((v for name in CREDENTIAL_HEADERS for v in values(name)[:1] if v), None)
+    for name in CREDENTIAL_HEADERS:  # a loop, not a generator: it runs on every request
+        given = values(name)
+        if given and given[0]:
+            return given[0]
+    return None

@@ -119,6 +119,9 @@ class RouteCaches:
 
     def __init__(self, config: Config) -> None:
         self.bounds = bounds_of(config)
+        # Whether any route matches on a header: when none does, a request's headers are not
+        # read for its route (once per config, not on every request).
+        self.match_headers = any(route.header is not None for route in config.routing)
         self.default = GateCaches.for_policy(config.gate)
         self._policies: list[tuple[Policy, GateCaches]] = [(config.gate, self.default)]
         for route in config.routing:

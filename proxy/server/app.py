@@ -15,7 +15,7 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
 from proxy.admission import body, pipeline, targets
-from proxy.admission.exchange import Exchange, Head, read_target, request_ids, too_large
+from proxy.admission.exchange import Exchange, Head, refused_target, request_ids, too_large
 from proxy.admission.ids import new_request_id
 from proxy.admission.services import open_services
 from proxy.config import Config
@@ -58,6 +58,8 @@ class _ClientFaults(logging.Filter):
 
 
 _CLIENT_FAULTS = _ClientFaults()
+# Read once: an Enum class's attribute is a slow lookup on Python 3.11 (see exchange.py).
+_GATE, _SOCKET = Head.GATE, Head.SOCKET
 # The request target as the proxy read it, for every handler.
 TARGET = web.RequestKey("target", targets.Target)
 # The answer a request has begun to send (it is being prepared, its head on its way).
@@ -68,7 +70,11 @@ _BEGUN = web.RequestKey("answer_begun", web.StreamResponse)
 async def check_target(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A request target that is not valid origin-form or absolute-form is refused (400) here,
     whatever the path and method, before any handler (an admin one too) runs."""
-    request[TARGET] = read_target(request.raw_path, request.app[METRICS])
+    try:
+        request[TARGET] = targets.read_target(request.raw_path)
+    except targets.TargetError as exc:
+        # The metrics looked up only now: on every request it is two aiohttp properties more.
+        raise refused_target(exc, request.app[METRICS]) from None
     return await handler(request)
 
 
@@ -262,10 +268,9 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def proxy(request: web.Request) -> web.StreamResponse:
-    current = request.app[IN_FORCE].current
-    exchange = Exchange(
-        request.app[SERVICES], current.config, current.caches, "http", request[REQUEST_ID]
-    )
+    app = request.app
+    current = app[IN_FORCE].current
+    exchange = Exchange(app[SERVICES], current.config, current.caches, "http", request[REQUEST_ID])
     named = body_headers_named(request.headers)
     if named:
         # Dropped as hop-by-hop, such a header would leave the upstream reading the body
@@ -285,12 +290,14 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         raise exchange.refuse(failure)
     current.acquire()
     try:
-        return await _proxy(request, current, exchange)
+        return await _proxy(request, current, exchange, app.get(TRACING))
     finally:
         await current.release()
 
 
-async def _proxy(request: web.Request, current: InForce, exchange: Exchange) -> web.StreamResponse:
+async def _proxy(
+    request: web.Request, current: InForce, exchange: Exchange, tracing: Tracing | None
+) -> web.StreamResponse:
     target = request[TARGET]
     headers = request.headers
 
@@ -303,9 +310,9 @@ async def _proxy(request: web.Request, current: InForce, exchange: Exchange) -> 
     assert exchange.target is not None
     gated = exchange.target.gated
     access.route = "passthrough" if gated is None else targets.GATED[gated]
-    if decided is Head.GATE:
-        return await gate(request, current, exchange)
-    if decided is Head.SOCKET:
+    if decided is _GATE:
+        return await gate(request, current, exchange, tracing)
+    if decided is _SOCKET:
         upstream = current.upstreams[exchange.passthrough(request.method)]
         return await relay_websocket(request, current, upstream, exchange)
     upstream = current.upstreams[exchange.passthrough(request.method)]
@@ -315,7 +322,8 @@ async def _proxy(request: web.Request, current: InForce, exchange: Exchange) -> 
         )
     data = request.content.iter_any() if request.body_exists else None
     sent = upstream_headers(headers, current.config, _KEEP_ALL, upstream.settings)
-    _ask_readable(exchange, sent)
+    if "Accept-Encoding" in sent:
+        _ask_readable(exchange, sent)
     return await forward(
         request,
         exchange,
@@ -324,7 +332,7 @@ async def _proxy(request: web.Request, current: InForce, exchange: Exchange) -> 
         data,
         sent,
         access,
-        request.app.get(TRACING),
+        tracing,
     )
 
 
@@ -336,7 +344,9 @@ def _ask_readable(exchange: Exchange, headers: CIMultiDict[str]) -> None:
         headers["Accept-Encoding"] = readable
 
 
-async def gate(request: web.Request, current: InForce, exchange: Exchange) -> web.StreamResponse:
+async def gate(
+    request: web.Request, current: InForce, exchange: Exchange, tracing: Tracing | None = None
+) -> web.StreamResponse:
     """Read a request body and hand it to its exchange: answer it here, or forward it."""
     config = current.config
     headers = request.headers
@@ -362,7 +372,8 @@ async def gate(request: web.Request, current: InForce, exchange: Exchange) -> we
         return answer(decided)
     upstream = current.upstreams[decided.upstream]
     sent = upstream_headers(headers, config, decided.drop_headers, upstream.settings)
-    _ask_readable(exchange, sent)
+    if "Accept-Encoding" in sent:
+        _ask_readable(exchange, sent)
     assert exchange.target is not None
     assert exchange.target.gated is not None
     return await forward(
@@ -373,15 +384,14 @@ async def gate(request: web.Request, current: InForce, exchange: Exchange) -> we
         decided.data,
         sent,
         access,
-        request.app.get(TRACING),
+        tracing,
     )
 
 
 async def read_raw(request: web.Request, limit: int, timeout_s: float) -> bytes:
     """The body exactly as it arrived; more than `limit` bytes is 413 without reading on, and
-    a body that takes longer than `timeout_s` to arrive is a TimeoutError."""
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large(limit)
+    a body that takes longer than `timeout_s` to arrive is a TimeoutError. (A larger declared
+    `Content-Length` was refused with its head, by `Exchange.head`.)"""
     content = request.content
     if content.is_eof():
         # Already whole, as small bodies usually are by the time the handler runs.

@@ -46,9 +46,6 @@ async def forward(
     access.upstream = upstream.name
     if tracing is not None:
         tracing.inject(headers)
-    # For the log: the path without its query, which may carry a value that is not the log's
-    # to keep (a key, an argument).
-    what = f"{request.method} {target.partition('?')[0]}"
     streams.inc()
     sent = time.perf_counter()
     try:
@@ -66,12 +63,12 @@ async def forward(
                 upstream.name, exchange.route, status, time.perf_counter() - sent
             )
             exchange.upstream_failed()
-            raise upstream_failure(exchange.request_id, what, exc) from None
+            raise upstream_failure(exchange.request_id, _what(request, target), exc) from None
         # Until the answer's head: one figure for the access line and the metrics.
         waited = access.upstream_s = time.perf_counter() - sent
         metrics.upstream_answered(upstream.name, exchange.route, str(answer.status), waited)
         try:
-            response = await _stream(request, exchange, answer, what, access)
+            response = await _stream(request, exchange, answer, target, access)
         finally:
             answer.release()
             exchange.close()
@@ -81,11 +78,17 @@ async def forward(
     return response
 
 
+def _what(request: web.Request, target: str) -> str:
+    """The request for the log: the path without its query, which may carry a value that is
+    not the log's to keep (a key, an argument)."""
+    return f"{request.method} {target.partition('?')[0]}"
+
+
 async def _stream(
     request: web.Request,
     exchange: Exchange,
     answer: aiohttp.ClientResponse,
-    what: str,
+    target: str,
     access: Access,
 ) -> web.StreamResponse:
     """Relay an upstream answer whose head has arrived, chunk by chunk, to the client."""
@@ -114,8 +117,10 @@ async def _stream(
         protocol = answer.connection.protocol
     try:
         await response.prepare(request)
+        feed = exchange.feeder()
         async for chunk in content.iter_any():
-            await exchange.chunk(chunk)
+            if feed is not None:
+                await feed(chunk)
             await response.write(chunk)
             access.bytes += len(chunk)
         cut = cut_of(protocol)
@@ -125,11 +130,12 @@ async def _stream(
     except ConnectionResetError:
         # The client hung up (aiohttp's ClientConnectionResetError is one): the upstream
         # connection is closed, not reused.
-        log.info("%s client went away mid-answer: %s", request_id, what)
+        log.info("%s client went away mid-answer: %s", request_id, _what(request, target))
         access.outcome = Outcome.CLIENT_GONE
         answer.close()
         return response
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        what = _what(request, target)
         log.warning("%s upstream failed mid-answer: %s: %r", request_id, what, exc)
         access.outcome = Outcome.UPSTREAM_CUT
         answer.close()
