@@ -18,6 +18,7 @@ from proxy.gate.policy import Policy
 from proxy.gate.reasons import Outcome, Reason
 from proxy.gate.records import read_finding
 from proxy.gate.verdict import inspect
+from proxy.gate.vocabulary import PayloadCheck, Role, vocabulary_of
 from proxy.running.documents import Document, UnreadableDocument
 
 # Exit codes, as `check --help` and docs/check.md say them.
@@ -73,6 +74,9 @@ class Checker:
         # ledger says where it came from.
         self.emitted = replace(policy, allow_missing_status=True, require_provenance=False)
         self.emitted_caches = GateCaches.for_policy(self.emitted)
+        # The kinds of item the target upstream speaks (`--vendor`): which calls carry arguments
+        # or input to judge, and how each is paired.
+        self.vocabulary = vocabulary_of(policy.vendor)
 
     def check(self, document: Document) -> Checked:
         if document.kind == "response":
@@ -111,12 +115,28 @@ class Checker:
         response = document.value
         tools = document.tools if document.tools is not None else response.get("tools")
         output = response.get("output")
+        emitted = output if isinstance(output, list) else []
+        # The MCP tools the response's own lists name: an `mcp_call` of a server no list in
+        # view names is not judged, as door 2 does not (its list is further up the chain).
+        lists = [item for item in emitted if isinstance(item, dict) and items.mcp_tools(item)]
+        labels = {item["server_label"] for item in lists}
         calls = [
-            (f"output[{i}]", item)
-            for i, item in enumerate(output if isinstance(output, list) else [])
-            if items.kind(item) == items.FUNCTION_CALL
+            (f"output[{i}]", item) for i, item in enumerate(emitted) if self.judged(item, labels)
         ]
-        return self.calls(document, calls, tools)
+        return self.calls(document, calls, tools, lists)
+
+    def judged(self, item: Any, labels: set[str]) -> bool:
+        """Whether an emitted item is a call `check` judges: a function call, and in the
+        vocabulary of the target's vendor a custom tool call, and an `mcp_call` whose server
+        a list in view names."""
+        if items.kind(item) == items.FUNCTION_CALL:
+            return True
+        kind = self.vocabulary.of(item.get("type") if isinstance(item, dict) else None)
+        if kind is None:
+            return False
+        if kind.role == Role.CALL:
+            return kind.check == PayloadCheck.GRAMMAR
+        return kind.check == PayloadCheck.MCP_SCHEMA and item.get("server_label") in labels
 
     def chat_completions(self, document: Document) -> Checked:
         body = document.value
@@ -147,26 +167,40 @@ class Checker:
             (CHAT_BODY,),
         )
 
-    def calls(self, document: Document, calls: Sequence[tuple[str, Any]], tools: Any) -> Checked:
-        """Each call judged on its own, as its replay would be: against `tools`, the pinned
-        schemas first."""
+    def calls(
+        self,
+        document: Document,
+        calls: Sequence[tuple[str, Any]],
+        tools: Any,
+        context: Sequence[Any] = (),
+    ) -> Checked:
+        """Each call judged on its own, as its replay would be: against `tools` (and the MCP
+        lists of `context`), the pinned schemas first."""
         reported = []
         for where, call in calls:
-            finding = self.judge_call(call, tools)
+            finding = self.judge_call(call, tools, context)
             if finding is not None:
                 reported.append(Reported(_via(document, where), finding, message(finding)))
         return Checked(document, _strictest([r.finding for r in reported]), tuple(reported))
 
-    def judge_call(self, call: dict[str, Any], tools: Any) -> Finding | None:
-        """The finding its replay would have, or None; an output answering it is made up."""
+    def judge_call(
+        self, call: dict[str, Any], tools: Any, context: Sequence[Any] = ()
+    ) -> Finding | None:
+        """The finding its replay would have, or None; an output answering it is made up (an
+        `mcp_call`, run by the server, is answered inside itself), after the items of
+        `context` (the MCP lists it is judged by)."""
         call_id = call.get("call_id")
-        if not isinstance(call_id, str):
-            # Paired under a made-up id: the call is judged, not the missing id.
-            call = {**call, "call_id": "-"}
-        output = {"type": "function_call_output", "call_id": call["call_id"], "output": ""}
-        body = {"tools": tools if isinstance(tools, list) else [], "input": [call, output]}
+        kind = self.vocabulary.of(call.get("type"))
+        replayed: list[Any] = [*context, call]
+        if kind is None or kind.role == Role.CALL:
+            if not isinstance(call_id, str):
+                # Paired under a made-up id: the call is judged, not the missing id.
+                call = {**call, "call_id": "-"}
+            partner = "function_call_output" if kind is None else kind.partner
+            replayed = [*context, call, {"type": partner, "call_id": call["call_id"], "output": ""}]
+        body = {"tools": tools if isinstance(tools, list) else [], "input": replayed}
         verdict = inspect(body, self.emitted, caches=self.emitted_caches)
-        found = [f for f in verdict.findings if f.index == 1]
+        found = [f for f in verdict.findings if f.index == len(replayed) - 1]
         if not found:
             return None
         return replace(

@@ -15,10 +15,12 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, BinaryIO, NoReturn
 
 from proxy.config import Config
+from proxy.gate.policy import Policy
 from proxy.running.audit_tail import iter_follow, read_last
 from proxy.running.check import (
     Checker,
@@ -124,6 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the calls it recorded",
     )
     check.add_argument(
+        "--vendor",
+        type=vendor_slug,
+        help="the vendor of the upstream the documents went to (as upstreams: names it, e.g. "
+        "openai): its kinds of item are judged as the proxy judges them on a route to it; "
+        "default none (the gate's core kinds, every other unslugged kind passing)",
+    )
+    check.add_argument(
         "--tenant",
         default="-",
         help="whose records --ledger reads: the tenant of its audit records (a clients: name or "
@@ -205,7 +214,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "serve":
         return run_serve(config, args)
-    return run_check(args.files, config, as_json=args.json, ledger=args.ledger, tenant=args.tenant)
+    return run_check(
+        args.files,
+        config,
+        as_json=args.json,
+        ledger=args.ledger,
+        tenant=args.tenant,
+        vendor=args.vendor,
+    )
 
 
 def check_config(args: argparse.Namespace) -> Config:
@@ -424,9 +440,11 @@ def run_check(
     as_json: bool,
     ledger: str | None = None,
     tenant: str = "-",
+    vendor: str | None = None,
 ) -> int:
+    policy = config.gate if vendor is None else replace(config.gate, vendor=vendor)
     if ledger is None:
-        return check_files(paths, Checker(config.gate), as_json=as_json)
+        return check_files(paths, Checker(policy), as_json=as_json)
     from proxy.running.check_ledger import LedgerFault, LedgerReader
 
     try:
@@ -437,7 +455,7 @@ def run_check(
         print(f"replay-proxy: --ledger: cannot read {ledger}: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     try:
-        code = check_files(paths, Checker(config.gate, reader.recorded), as_json=as_json)
+        code = check_files(paths, Checker(policy, reader.recorded), as_json=as_json)
     finally:
         reader.close()
     if reader.faults:
@@ -576,6 +594,15 @@ def ledger_url(value: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a Redis URL (redis://host:port/db, rediss:// or unix://)"
         )
+    return value
+
+
+def vendor_slug(value: str) -> str:
+    """An argparse type: a vendor slug, as an upstream's `vendor` spells it."""
+    try:
+        Policy(vendor=value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("vendor: ")) from None
     return value
 
 
