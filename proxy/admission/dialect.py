@@ -15,10 +15,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from proxy.admission.chat import ChatCompletions
 from proxy.gate import items
 
 if TYPE_CHECKING:
     from proxy.gate.verdict import Verdict
+
+
+class View(Protocol):
+    """A body as the gate reads it, in the Open Responses vocabulary, and the way back."""
+
+    @property
+    def body(self) -> Mapping[str, Any]:
+        """What the gate and the ledger read: `input` items, `tools`, `previous_response_id`."""
+        ...
+
+    def located(self, verdict: Verdict) -> Verdict:
+        """The gate's verdict on `body` in the dialect's terms: its findings placed in the
+        body, and `input` the dialect's items as they go upstream (what `sent` puts back)."""
+        ...
 
 
 class Dialect(Protocol):
@@ -27,6 +42,15 @@ class Dialect(Protocol):
     @property
     def paths(self) -> Mapping[str, str]:
         """The canonical paths it gates, each with its metrics' `route` label."""
+        ...
+
+    @property
+    def records(self) -> bool:
+        """Whether its answers are responses the ledger records (and door 2 checks)."""
+        ...
+
+    def view(self, parsed: Mapping[str, Any]) -> View:
+        """The body as the gate reads it."""
         ...
 
     def compacts(self, path: str) -> bool:
@@ -62,6 +86,11 @@ class OpenResponses:
         "/responses": "responses",
         "/responses/compact": "responses_compact",
     }
+    records = True
+
+    def view(self, parsed: Mapping[str, Any]) -> View:
+        # The gate's own vocabulary: read as it is, and its verdict already in the body's terms.
+        return _Whole(parsed)
 
     def compacts(self, path: str) -> bool:
         return self.paths.get(path) == "responses_compact"
@@ -90,9 +119,22 @@ class OpenResponses:
         return inlined
 
 
+class _Whole:
+    """A body the gate reads as it is."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        self.body = body
+
+    def located(self, verdict: Verdict) -> Verdict:
+        return verdict
+
+
 OPEN_RESPONSES: Dialect = OpenResponses()
+CHAT_COMPLETIONS: Dialect = ChatCompletions()
 # Every dialect the proxy speaks; a gated path belongs to exactly one.
-DIALECTS: tuple[Dialect, ...] = (OPEN_RESPONSES,)
+DIALECTS: tuple[Dialect, ...] = (OPEN_RESPONSES, CHAT_COMPLETIONS)
 # The metrics' route of every gated path, and the dialect that reads its bodies.
 GATED: Mapping[str, str] = {path: route for d in DIALECTS for path, route in d.paths.items()}
 _BY_PATH: Mapping[str, Dialect] = {path: d for d in DIALECTS for path in d.paths}

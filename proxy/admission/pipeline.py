@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from proxy.admission import body, routing
-from proxy.admission.dialect import OPEN_RESPONSES, Dialect, whole_input
+from proxy.admission.dialect import OPEN_RESPONSES, Dialect, View, whole_input
 from proxy.admission.routing import RouteCaches, Routed, bounds_of
 from proxy.admission.tenants import ledger_key
 from proxy.config import DEFAULT_UPSTREAM, Config
@@ -161,7 +161,7 @@ async def admit(
     policy = routed.policy
     asked = parsed  # as the client sent it: the audit record's model and previous response
     try:
-        parsed, view, changed = await _continued(request, config, routed, parsed, ledger)
+        parsed, seen, view, changed = await _continued(request, config, routed, parsed, ledger)
     except LedgerFault:
         # The proxy's fault, not the request's: a 503 the SDKs retry, never an `orphan`.
         metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream)
@@ -171,7 +171,9 @@ async def admit(
         return answer_to(exc)
     # The config's, made once with its caches (a front's are).
     bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
-    verdict = await _inspect(parsed, policy, view, metrics, _caches(caches, policy), bounds)
+    judged = await _inspect(seen.body, policy, view, metrics, _caches(caches, policy), bounds)
+    # In the body's own terms from here on: its findings' places, the items it sends.
+    verdict = seen.located(judged)
     # What goes upstream when the gate changed the body (or the route did): at most
     # `max_body_bytes`, else blocked, before the record says what became of the request.
     # Unchanged, the body goes decoded: an upstream that ignores a request's Content-Encoding
@@ -195,11 +197,13 @@ async def admit(
         blocked = rejection(verdict, request_id=request.request_id)
         return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()
-    recorded = context_of(
-        parsed, verdict, view, compacts=dialect.compacts(request.path), dialect=dialect
-    )
-    if config.ledger.whole_items:
-        recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
+    recorded = NO_CONTEXT
+    if dialect.records:
+        recorded = context_of(
+            parsed, verdict, view, compacts=dialect.compacts(request.path), dialect=dialect
+        )
+        if config.ledger.whole_items:
+            recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
     return Forward(
         data,
         _DECODED,
@@ -207,7 +211,8 @@ async def admit(
         outcome,
         # A WebSocket frame of another type (the spec defaults it to `response.create`) makes
         # no response: the relay must not wait for one to record with this context.
-        request.transport != "websocket" or parsed.get("type") in (None, "response.create"),
+        dialect.records
+        and (request.transport != "websocket" or parsed.get("type") in (None, "response.create")),
         recorded,
         findings=verdict.findings,
         upstream=upstream,
@@ -218,30 +223,32 @@ async def admit(
 
 async def _continued(
     request: Request, config: Config, routed: Routed, parsed: dict[str, Any], ledger: Ledger
-) -> tuple[dict[str, Any], LedgerView | None, bool]:
+) -> tuple[dict[str, Any], View, LedgerView | None, bool]:
     """The body as its route sends it (its model renamed; a response another upstream made,
-    continued, inlined), the ledger's view of what it continues, and whether the body
-    changed. Raises LedgerFault, or ProxyError (`foreign_previous_response`)."""
+    continued, inlined), as the gate reads it (its dialect's view), the ledger's view of what
+    it continues, and whether the body changed. Raises LedgerFault, or ProxyError
+    (`foreign_previous_response`)."""
     upstream = routed.upstream
     changed = routed.model is not None
     if changed:
         parsed = {**parsed, "model": routed.model}
+    seen = request.dialect.view(parsed)
     view = await ledger.view(
         ledger_key(request.tenant),
-        parsed,
+        seen.body,
         provenance=routed.policy.require_provenance,
         upstream=upstream,
     )
-    previous = parsed.get("previous_response_id")
+    previous = seen.body.get("previous_response_id")
     if view is None or not isinstance(previous, str):
-        return parsed, view, changed
+        return parsed, seen, view, changed
     # Only an upstream of this config is another one: a response recorded under a name the
     # config no longer has (before routes, the single form's `default`) is judged as before.
     origin = view.origin
     if origin is None or origin == upstream or origin not in config.upstream_named:
-        return parsed, view, changed
+        return parsed, seen, view, changed
     parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
-    return parsed, view, True
+    return parsed, request.dialect.view(parsed), view, True
 
 
 def _too_large(size: int, limit: int) -> ProxyError:
@@ -394,7 +401,7 @@ def _unanswered(found: Iterable[Any], answered: set[str]) -> list[dict[str, Any]
 
 
 async def _inspect(
-    parsed: dict[str, Any],
+    parsed: Mapping[str, Any],
     gate: Policy,
     view: LedgerView | None,
     metrics: Metrics,

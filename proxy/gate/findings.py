@@ -229,6 +229,12 @@ def _input_grammar(f: Finding) -> str:
 def _envelope(f: Finding) -> str:
     if f.param == MESSAGES:
         return CHAT_BODY
+    if _in_messages(f):
+        return (
+            "an Open Responses item (function_call, function_call_output, item_reference) inside "
+            "messages: Chat Completions carries assistant tool_calls and role: tool messages "
+            "instead"
+        )
     return (
         "a Chat Completions message (role: tool, tool_calls or tool_call_id) inside input: "
         "Open Responses carries function_call and function_call_output items instead"
@@ -238,7 +244,14 @@ def _envelope(f: Finding) -> str:
 def _envelope_headline(f: Finding) -> str:
     if f.param == MESSAGES:
         return "a Chat Completions body on a Responses path"
+    if _in_messages(f):
+        return "an Open Responses item inside messages"
     return "a Chat Completions message inside input"
+
+
+def _in_messages(f: Finding) -> bool:
+    """A finding placed in a Chat Completions body's `messages` (`messages[4]`)."""
+    return f.param is not None and f.param.startswith(MESSAGES + "[")
 
 
 def _ambiguous(f: Finding) -> str:

@@ -127,7 +127,8 @@ class Metrics:
             "replay_proxy_requests",
             "Requests handled (`upstream`: the name of the upstream its route chose, `-` for a "
             "request answered before a route was chosen). `route`: `responses`, "
-            "`responses_compact`, `websocket` (a gated frame), `passthrough`, `any` (refused "
+            "`responses_compact`, `chat_completions` (the Chat Completions dialect), "
+            "`websocket` (a gated frame), `passthrough`, `any` (refused "
             "before a route was chosen); `outcome`: `forward`, `strip`, `rewrite`, `block`, "
             "`invalid`, `ledger_unavailable` (answered 503: the ledger could not be read), "
             "`upstream_error`, `not_found`, `unauthorized`, `invalid_target`.",

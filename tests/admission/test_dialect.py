@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from proxy.admission import targets
-from proxy.admission.dialect import GATED, OPEN_RESPONSES, dialect_of, whole_input
+from proxy.admission.dialect import (
+    CHAT_COMPLETIONS,
+    GATED,
+    OPEN_RESPONSES,
+    dialect_of,
+    whole_input,
+)
 from proxy.gate.reasons import Outcome
 from proxy.gate.verdict import Verdict
 from tests.builders import USER, sales_call, sales_output
@@ -106,5 +112,14 @@ def test_the_paths_it_gates(path: str, route: str, compacts: bool) -> None:
 
 def test_a_path_no_dialect_gates_has_none() -> None:
     with pytest.raises(KeyError):
-        dialect_of("/v1/chat/completions")
-    assert targets.read_target("/v1/chat/completions").gated is None
+        dialect_of("/v1/embeddings")
+    assert targets.read_target("/v1/embeddings").gated is None
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/chat/completions"])
+def test_chat_completions_is_gated_by_its_dialect(path: str) -> None:
+    assert dialect_of(path) is CHAT_COMPLETIONS
+    assert GATED[path] == "chat_completions"
+    assert not CHAT_COMPLETIONS.compacts(path)
+    assert not CHAT_COMPLETIONS.records
+    assert targets.read_target(path).gated == path

@@ -53,7 +53,7 @@ from tests.servers.routing_upstreams import lax_route
         pytest.param("/v1/responsesx", None, id="longer-name"),
         pytest.param("/v2/responses", None, id="other-version"),
         pytest.param("/v1/responses/..", None, id="dot-dot-leaves"),
-        pytest.param("/v1/chat/completions", None, id="chat-completions"),
+        pytest.param("/v1/chat/completions", "/v1/chat/completions", id="chat-completions"),
         pytest.param("/-/healthy", None, id="admin"),
         pytest.param("/", None, id="root"),
     ],

@@ -1,0 +1,267 @@
+"""The Chat Completions dialect: a body's `messages` shown to the gate as Open Responses items,
+and the gate's findings and edits taken back to messages.
+
+Each `tool_calls` entry of an assistant message is a `function_call` (its `id` the `call_id`),
+each `role: "tool"` message a `function_call_output` of its `tool_call_id`; the legacy form (an
+assistant's `function_call`, answered by the next `role: "function"` message of its name) pairs
+the same way, under a call id of its place. `tools[].function` and the legacy `functions` are
+the function tools. Other messages are not shown: the gate has nothing to say of them. A finding
+comes back with `index` the message's and `param` its place (`messages[4]`,
+`messages[3].tool_calls[1]`); a strip or a rewrite comes back as the messages that go upstream.
+
+It imports only the gate's vocabulary: the request targets read its paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from proxy.gate import items
+from proxy.gate.vocabulary import CORE
+
+if TYPE_CHECKING:
+    from proxy.gate.findings import Finding
+    from proxy.gate.verdict import Verdict
+
+MESSAGES = "messages"
+# What a Chat tool call's `status` is: the completion that emitted it ended (a cut one is a
+# matter for the ledger, which does not record Chat completions yet).
+_COMPLETED = "completed"
+# Shown for a tool_calls entry with no string type: not a function call, and typed so that no
+# reading of the spec's defaults takes it for one.
+_UNTYPED_CALL = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a shown item lives: its message, the `tool_calls` entry (`call`), or the legacy
+    `function_call` of an assistant message (`legacy`); `param` says it as an error's `param`."""
+
+    message: int
+    param: str
+    call: int | None = None
+    legacy: bool = False
+
+
+class ChatView:
+    """One body's messages as the gate reads them (`body`), and the way back (`located`)."""
+
+    __slots__ = ("_by_message", "_shown", "body", "messages", "places")
+
+    def __init__(self, parsed: Mapping[str, Any]) -> None:
+        given = parsed.get(MESSAGES)
+        self.messages: Sequence[Any] = given if isinstance(given, list) else ()
+        shown: list[dict[str, Any]] = []
+        places: list[Place] = []
+        by_message: dict[int, list[int]] = {}
+        legacy: dict[Any, str] = {}  # a legacy call's function name → its call id
+
+        def show(item: dict[str, Any], place: Place) -> None:
+            by_message.setdefault(place.message, []).append(len(shown))
+            shown.append(item)
+            places.append(place)
+
+        for m, message in enumerate(self.messages):
+            if not isinstance(message, dict):
+                continue
+            where = f"{MESSAGES}[{m}]"
+            role = message.get("role")
+            if _is_item(message):
+                # Another dialect's item where a message belongs: the gate's envelope.
+                stand_in: dict[str, Any] = {"type": items.MESSAGE, "role": "tool"}
+                stand_in["tool_call_id"] = message.get("call_id")
+                show(stand_in, Place(m, where))
+            elif role == "tool":
+                show(
+                    _output(message, "tool_call_id" in message, message.get("tool_call_id")),
+                    Place(m, where),
+                )
+            elif role == "function":
+                call_id = legacy.get(message.get("name"))
+                show(_output(message, call_id is not None, call_id), Place(m, where))
+            elif role == "assistant":
+                calls = message.get("tool_calls")
+                for j, entry in enumerate(calls if isinstance(calls, list) else ()):
+                    if isinstance(entry, dict):
+                        show(_call(entry), Place(m, f"{where}.tool_calls[{j}]", j))
+                function_call = message.get("function_call")
+                if isinstance(function_call, dict):
+                    call_id = f"{where}.function_call"
+                    legacy[_hashable(function_call.get("name"))] = call_id
+                    shown_call = _function(function_call, call_id)
+                    show(shown_call, Place(m, f"{where}.function_call", legacy=True))
+        tools = parsed.get("tools")
+        functions = parsed.get("functions")
+        declared = list(tools) if isinstance(tools, list) else []
+        if isinstance(functions, list):
+            declared += [{"type": "function", "function": f} for f in functions]
+        self.body: dict[str, Any] = {"input": shown, "tools": declared}
+        self.places = places
+        self._shown = shown
+        self._by_message = by_message
+
+    def located(self, verdict: Verdict) -> Verdict:
+        """The verdict in the body's terms: each finding at its message, and the messages as
+        they go upstream when the gate stripped or rewrote some."""
+        if not verdict.findings:
+            return verdict
+        findings = tuple(self._locate(f) for f in verdict.findings)
+        edited = None if verdict.input is None else self._edited(verdict.input)
+        return replace(verdict, findings=findings, input=edited)
+
+    def _locate(self, finding: Finding) -> Finding:
+        if finding.index is None:
+            return finding
+        place = self.places[finding.index]
+        paired = finding.paired_index
+        return replace(
+            finding,
+            index=place.message,
+            paired_index=None if paired is None else self.places[paired].message,
+            param=place.param,
+        )
+
+    def _edited(self, sent: list[Any]) -> list[Any]:
+        """The messages as they go upstream, from the shown items the gate kept (the same
+        objects) or rebuilt around a failure record (a rewritten output keeps its call id:
+        outputs of one call id are never rewritten, as a duplicate is never rewritten)."""
+        kept = {id(item) for item in sent}
+        shown = {id(item) for item in self._shown}
+        rewritten = {
+            item.get("call_id"): item.get("output")
+            for item in sent
+            if isinstance(item, dict) and id(item) not in shown
+        }
+        edited: list[Any] = []
+        for m, message in enumerate(self.messages):
+            own = self._by_message.get(m)
+            if not own:
+                edited.append(message)
+                continue
+            first = own[0]
+            place = self.places[first]
+            if place.call is None and not place.legacy:
+                # A tool, function or stand-in message: one shown item.
+                item = self._shown[first]
+                if id(item) in kept:
+                    edited.append(message)
+                elif item.get("call_id") in rewritten and item["type"] != items.MESSAGE:
+                    edited.append({**message, "content": rewritten[item.get("call_id")]})
+                continue
+            gone = [self.places[i] for i in own if id(self._shown[i]) not in kept]
+            if not gone:
+                edited.append(message)
+                continue
+            left = _without_calls(message, gone)
+            if left is not None:
+                edited.append(left)
+        return edited
+
+
+class ChatCompletions:
+    """The Chat Completions API: `messages` holds the conversation; nothing continues a
+    recorded response, and its answers are not recorded (yet)."""
+
+    paths: Mapping[str, str] = {
+        "/v1/chat/completions": "chat_completions",
+        "/chat/completions": "chat_completions",
+    }
+    records = False
+
+    def compacts(self, path: str) -> bool:
+        return False
+
+    def input_items(self, parsed: Mapping[str, Any]) -> Sequence[Any]:
+        given = parsed.get(MESSAGES)
+        return given if isinstance(given, list) else ()
+
+    kind = staticmethod(items.kind)
+
+    def view(self, parsed: Mapping[str, Any]) -> ChatView:
+        return ChatView(parsed)
+
+    def sent(self, parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+        """The messages the verdict located (`ChatView.located`) in the body."""
+        return parsed if verdict.input is None else {**parsed, MESSAGES: verdict.input}
+
+    def inlined(self, parsed: Mapping[str, Any], history: Sequence[Any]) -> dict[str, Any]:
+        # A Chat body names no recorded response, so nothing is ever inlined into one.
+        return dict(parsed)
+
+
+def _is_item(message: Mapping[str, Any]) -> bool:
+    """An Open Responses item (a call, an output, a reference) where a message belongs."""
+    item_type = message.get("type")
+    if not isinstance(item_type, str) or item_type == items.MESSAGE:
+        return False
+    return item_type == items.ITEM_REFERENCE or CORE.of(item_type) is not None
+
+
+def _output(message: Mapping[str, Any], paired: bool, call_id: Any) -> dict[str, Any]:
+    """A tool (or function) message as the output of `call_id`; without one, an orphan."""
+    content = message.get("content")
+    shown: dict[str, Any] = {"type": items.FUNCTION_CALL_OUTPUT}
+    if paired:
+        shown["call_id"] = call_id
+    # Its content is the tool's result, which the gate does not judge: a list of parts is
+    # shown as no text rather than as an output of another shape.
+    shown["output"] = content if isinstance(content, str) else ""
+    return shown
+
+
+def _call(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A `tool_calls` entry as a call: a function_call when its type is `function`."""
+    entry_type = entry.get("type")
+    if entry_type == "function":
+        shown_type = items.FUNCTION_CALL
+    else:
+        shown_type = entry_type if isinstance(entry_type, str) and entry_type else _UNTYPED_CALL
+    spec = entry.get("function") if entry_type == "function" else entry.get(str(entry_type))
+    shown: dict[str, Any] = {"type": shown_type}
+    if "id" in entry:
+        shown["call_id"] = entry["id"]
+    if isinstance(spec, dict):
+        for key in ("name", "arguments"):
+            if key in spec:
+                shown[key] = spec[key]
+    shown["status"] = _COMPLETED
+    return shown
+
+
+def _function(function_call: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+    """A legacy assistant `function_call` as a function_call of `call_id`."""
+    shown: dict[str, Any] = {"type": items.FUNCTION_CALL, "call_id": call_id}
+    for key in ("name", "arguments"):
+        if key in function_call:
+            shown[key] = function_call[key]
+    shown["status"] = _COMPLETED
+    return shown
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool | None) else repr(value)
+
+
+def _without_calls(message: Mapping[str, Any], gone: Sequence[Place]) -> dict[str, Any] | None:
+    """An assistant message without the calls the gate stripped; None when nothing is left in
+    it (no content, no other call), so that no empty assistant turn goes upstream."""
+    left = dict(message)
+    dropped = {p.call for p in gone if p.call is not None}
+    if dropped:
+        calls = [c for j, c in enumerate(message["tool_calls"]) if j not in dropped]
+        if calls:
+            left["tool_calls"] = calls
+        else:
+            # An empty `tool_calls` is refused by a strict server: the member goes.
+            del left["tool_calls"]
+    if any(p.legacy for p in gone):
+        del left["function_call"]
+    if "tool_calls" in left or "function_call" in left or _said(left.get("content")):
+        return left
+    return None
+
+
+def _said(content: Any) -> bool:
+    return content not in (None, "", [])

@@ -1,0 +1,98 @@
+"""A strict, model-free Chat Completions upstream (aiohttp), as strict about tool messages as a
+real provider: a `role: "tool"` message must answer a `tool_calls` entry of an earlier assistant
+message in the same request, every such entry must be answered before the next non-tool message,
+and `tool_calls` may not be empty. Otherwise it answers one assistant message: `tool said:
+<the last tool message's content>`, or `echo: <the last user text>`.
+
+Everything it was sent is kept (`requests`) for tests to assert on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+
+def refusal(messages: list[Any]) -> str | None:
+    """Why a strict server refuses these messages, or None."""
+    seen: set[Any] = set()
+    waiting: set[Any] = set()
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in seen:
+                return f"messages[{i}]: tool message answers no earlier tool call ({call_id!r})"
+            waiting.discard(call_id)
+            continue
+        if waiting:
+            return f"messages[{i}]: tool calls {sorted(waiting)} are not answered"
+        if role not in ("system", "developer", "user", "assistant"):
+            return f"messages[{i}]: not a Chat Completions message"
+        calls = message.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list) or not calls:
+                return f"messages[{i}].tool_calls: must be a non-empty array"
+            ids = {c.get("id") for c in calls if isinstance(c, dict)}
+            seen |= ids
+            waiting |= ids
+    return None
+
+
+def completion(text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+
+
+@dataclass
+class StrictChat:
+    """The upstream's state: every body it was sent."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        messages = body.get("messages")
+        why = refusal(messages) if isinstance(messages, list) else "messages: required"
+        if why is not None:
+            error = {"type": "invalid_request_error", "code": None, "message": why, "param": None}
+            return web.json_response({"error": error}, status=400)
+        tools = [m for m in messages if m.get("role") == "tool"]
+        users = [m for m in messages if m.get("role") == "user"]
+        if tools:
+            text = f"tool said: {tools[-1].get('content')}"
+        else:
+            text = f"echo: {users[-1].get('content') if users else ''}"
+        return web.json_response(completion(text))
+
+
+@contextlib.asynccontextmanager
+async def serve() -> AsyncIterator[StrictChat]:
+    upstream = StrictChat()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", upstream.handle)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    upstream.url = str(server.make_url("")).rstrip("/")
+    try:
+        yield upstream
+    finally:
+        await server.close()
