@@ -101,13 +101,13 @@ def main() -> int:
     )
     names = list(counted)
     proxies = names[2:]
-    ratios = " | ".join(f"{n} / pass | {n} - floor" for n in [FLOOR, *proxies])
-    print(f"| body | {' | '.join(names)} | {ratios} |")  # noqa: T201
-    print("| :--- |" + " ---: |" * (len(names) + 2 * len(names) - 2))  # noqa: T201
+    ratios = " | ".join(f"{n} / pass | {n} - floor" for n in proxies)
+    print(f"| body | {' | '.join(names)} | floor / pass | {ratios} |")  # noqa: T201
+    print("| :--- |" + " ---: |" * (len(names) + 1 + 2 * len(proxies)))  # noqa: T201
     for body in chosen:
         of = {n: counted[n][body.name] for n in names}
-        row = [f"{of[n] / 1000:,.0f}" for n in names]
-        for n in [FLOOR, *proxies]:
+        row = [f"{of[n] / 1000:,.0f}" for n in names] + [f"{of[FLOOR] / of[PASS]:.2f}x"]
+        for n in proxies:
             row += [f"{of[n] / of[PASS]:.2f}x", f"{(of[n] - of[FLOOR]) / 1000:+,.0f}"]
         print(f"| {body.name} | " + " | ".join(row) + " |")  # noqa: T201
     return 0
