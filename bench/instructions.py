@@ -1,4 +1,4 @@
-"""Instructions per request: replay-proxy and the pass-through, each counted by callgrind.
+"""Instructions per request: replay-proxy, the pass-through and the floor, under callgrind.
 
 Run from the repository root: `python bench/instructions.py [--base REV] [--tree DIR]...
 [--bodies "a;b"] [--seconds S]` (needs `wrk` and valgrind: `apt-get install valgrind`; about
@@ -12,7 +12,10 @@ Each server runs under `valgrind --tool=callgrind` with counting off until it li
 each body: a warm-up under `wrk -c8`, the counters zeroed, `wrk -c8 -d{S}s`, and the count
 read back (`callgrind_control`), divided by the requests the stub upstream answered
 meanwhile. The working tree is measured, beside the pass-through, the tree at `--base` if
-given, and each `--tree` (a directory holding a `proxy` package). The servers take turns,
+given, and each `--tree` (a directory holding a `proxy` package), beside two references: the
+pass-through (`passthrough.py`, no parsing) and the floor (`floor.py`: the whole body read and
+parsed strictly, outputs paired with calls, verdicts cached). Each proxy's row says how far it
+is above the floor. The servers take turns,
 one at a time, in front of one stub upstream; all listen on 127.0.0.1 and are stopped (by
 PID) at the end.
 
@@ -35,9 +38,18 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-import yaml
+from callgrind import (
+    FLOOR,
+    PASS,
+    Counted,
+    control,
+    counted_server,
+    dumped,
+    instructions,
+    served_commands,
+)
 from host import ROOT
-from servers import Server, free_port, served_by_stub, started, started_stub
+from servers import Server, served_by_stub, started_stub
 from trees import source_trees
 from workload import GATE_CONFIG, PATH, Body, bodies
 from wrk import write_script
@@ -46,7 +58,6 @@ BENCH = Path(__file__).resolve().parent
 CONNECTIONS = 8
 WARM_S = 4
 BODIES = ("small", "10 pairs", "small, SSE")
-PASS = "pass-through"
 STEPS = ("jiter", "orjson", "body.loads", "admit")
 
 
@@ -77,71 +88,45 @@ def main() -> int:
         stub = stack.enter_context(started_stub(log))
         served = served_by_stub(stub.url)
         scripts = {b.name: write_script(tmp, i, b) for i, b in enumerate(chosen)}
-        commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
-            PASS: ([str(BENCH / "passthrough.py"), "--upstream", stub.url], None)
-        }
-        for index, (name, path) in enumerate(trees.items()):
-            config = tmp / f"proxy-{index}.yaml"
-            audit = {"path": str(tmp / f"audit-{index}.jsonl")}
-            config.write_text(yaml.safe_dump({**GATE_CONFIG, "audit": audit}), "utf-8")
-            argv = [*(["-P"] if path else []), "-m", "proxy", "serve", "--upstream", stub.url]
-            argv += ["--config", str(config), "--log-level", "WARNING"]
-            commands[name] = (argv, {"PYTHONPATH": str(path)} if path else None)
+        commands = served_commands(tmp, stub.url, trees)
         for name, (argv, env) in commands.items():
-            port = free_port()
-            out = tmp / f"callgrind-{len(counted)}.out"
-            wrapped = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
-            wrapped += [f"--callgrind-out-file={out}", sys.executable, *argv]
-            with started(name, [*wrapped, "--port", str(port)], port, log, env, 300) as server:
-                _control(server.pid, "--instr=on")
-                # callgrind numbers its dumps OUT.1, OUT.2, ...: one per body, in order.
+            with counted_server(name, argv, tmp, log, env) as server:
                 counted[name] = {
-                    body.name: _per_request(
-                        server,
-                        out.with_name(f"{out.name}.{number}"),
-                        served,
-                        scripts[body.name],
-                        body,
-                        args.seconds,
-                    )
-                    for number, body in enumerate(chosen, 1)
+                    body.name: _per_request(server, served, scripts[body.name], body, args.seconds)
+                    for body in chosen
                 }
     print(  # noqa: T201
         f"callgrind, wrk -c{CONNECTIONS} -d{args.seconds}s per body: thousands of user-space "
         "instructions per request"
     )
     names = list(counted)
-    ratios = " | ".join(f"{n} / pass" for n in names[1:])
-    print(f"| body | {' | '.join(names)} | {ratios} |")  # noqa: T201
-    print("| :--- |" + " ---: |" * (2 * len(names) - 1))  # noqa: T201
+    proxies = names[2:]
+    ratios = " | ".join(f"{n} / pass | {n} - floor" for n in proxies)
+    print(f"| body | {' | '.join(names)} | floor / pass | {ratios} |")  # noqa: T201
+    print("| :--- |" + " ---: |" * (len(names) + 1 + 2 * len(proxies)))  # noqa: T201
     for body in chosen:
-        row = [f"{counted[n][body.name] / 1000:,.0f}" for n in names]
-        row += [f"{counted[n][body.name] / counted[PASS][body.name]:.2f}x" for n in names[1:]]
+        of = {n: counted[n][body.name] for n in names}
+        row = [f"{of[n] / 1000:,.0f}" for n in names] + [f"{of[FLOOR] / of[PASS]:.2f}x"]
+        for n in proxies:
+            row += [f"{of[n] / of[PASS]:.2f}x", f"{(of[n] - of[FLOOR]) / 1000:+,.0f}"]
         print(f"| {body.name} | " + " | ".join(row) + " |")  # noqa: T201
     return 0
 
 
 def _per_request(
-    server: Server,
-    dump: Path,
-    served: Callable[[], int],
-    script: Path,
-    body: Body,
-    seconds: int,
+    server: Counted, served: Callable[[], int], script: Path, body: Body, seconds: int
 ) -> float:
-    """Instructions per request served, over `seconds` of load after a warm-up, read from the
-    `dump` callgrind writes of them."""
-    _wrk(server, script, WARM_S)
+    """Instructions per request served, over `seconds` of load after a warm-up."""
+    _wrk(server.server, script, WARM_S)
     time.sleep(0.5)  # the warm-up's last answers out
-    _control(server.pid, "--zero")
+    server.zero()
     before = served()
-    _wrk(server, script, seconds)
+    _wrk(server.server, script, seconds)
     time.sleep(0.5)
     requests = served() - before
     if requests <= 0:
-        raise SystemExit(f"{server.name}, {body.name}: no request served")
-    _control(server.pid, "--dump")
-    return _instructions(_dumped(dump)) / requests
+        raise SystemExit(f"{server.server.name}, {body.name}: no request served")
+    return server.dump() / requests
 
 
 def _wrk(server: Server, script: Path, seconds: int) -> None:
@@ -163,8 +148,8 @@ def _in_process(chosen: list[Body], repeat: int) -> int:
                 argv += [f"--callgrind-out-file={out}", sys.executable, str(Path(__file__))]
                 argv += ["--step", step, "--bodies", body.name, "--repeat", str(repeat)]
                 subprocess.run(argv, cwd=ROOT, capture_output=True, check=True)
-                dump = _dumped(out.with_name(f"{out.name}.1"))
-                counted[body.name, step] = _instructions(dump) / repeat
+                dump = dumped(out.with_name(f"{out.name}.1"))
+                counted[body.name, step] = instructions(dump) / repeat
     print(  # noqa: T201
         f"callgrind, {repeat} calls per step: thousands of user-space instructions per call"
     )
@@ -229,33 +214,11 @@ def _step(step: str, body: Body, repeat: int) -> int:
                     loads(raw)
 
         run(50)  # schemas compiled, verdicts cached, the readers' caches warm
-        _control(os.getpid(), "--instr=on")
+        control(os.getpid(), "--instr=on")
         run(repeat)
-        _control(os.getpid(), "--dump")
+        control(os.getpid(), "--dump")
         audit_log.close()
     return 0
-
-
-def _control(pid: int, option: str) -> None:
-    """Tell the callgrind running process `pid` to `option` (`--instr=on`, `--zero`, `--dump`)."""
-    subprocess.run(["callgrind_control", option, str(pid)], capture_output=True, check=True)
-
-
-def _dumped(dump: Path) -> Path:
-    """`dump` once callgrind has written it whole (its totals come last)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if dump.exists() and "totals:" in dump.read_text("utf-8")[-4096:]:
-            return dump
-        time.sleep(0.2)
-    raise SystemExit(f"callgrind wrote no {dump.name} within 60 s")
-
-
-def _instructions(dump: Path) -> float:
-    for line in dump.read_text("utf-8").splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return float(line.split()[1])
-    raise SystemExit(f"{dump}: no instruction count in the dump")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -23,6 +23,8 @@ from proxy.settings import UpstreamSettings
 
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 BASE = web.AppKey("base", str)
+# What a server that reads the whole body (the floor) accepts: more than any benchmark body.
+MAX_BODY = 64 * 1024 * 1024
 
 # RFC 9110 §7.6.1's hop-by-hop headers, and the Host the client session sets itself.
 HOP_BY_HOP = RELAYED_NEVER | {"host"}
@@ -33,12 +35,17 @@ def end_to_end(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
 
 
 async def forward(request: web.Request) -> web.StreamResponse:
+    return await relay(request, request.content if request.body_exists else None)
+
+
+async def relay(request: web.Request, data: object) -> web.StreamResponse:
+    """Send `request` upstream with `data` as its body and stream the answer back as it comes."""
     session = request.app[SESSION]
     async with session.request(
         request.method,
         URL(request.app[BASE] + request.raw_path, encoded=True),
         headers=end_to_end(request.headers),
-        data=request.content if request.body_exists else None,
+        data=data,
         allow_redirects=False,
     ) as upstream:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -50,7 +57,10 @@ async def forward(request: web.Request) -> web.StreamResponse:
         return response
 
 
-def make_app(upstream: str) -> web.Application:
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def make_app(upstream: str, handler: Handler = forward) -> web.Application:
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         hop = Upstream(UpstreamSettings(url=upstream))
         await hop.start()
@@ -58,15 +68,20 @@ def make_app(upstream: str) -> web.Application:
         yield
         await hop.close()
 
-    app = web.Application(handler_args={"auto_decompress": False})
+    app = web.Application(handler_args={"auto_decompress": False}, client_max_size=MAX_BODY)
     app[BASE] = upstream.rstrip("/")
     app.cleanup_ctx.append(session_ctx)
-    app.router.add_route("*", "/{tail:.*}", forward)
+    app.router.add_route("*", "/{tail:.*}", handler)
     return app
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    return serve(__doc__, forward)
+
+
+def serve(doc: str | None, handler: Handler) -> int:
+    """The command of a reference server: `--upstream URL --port P [--uvloop]`."""
+    parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--upstream", required=True, help="base URL of the upstream")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--uvloop", action="store_true", help="serve on uvloop's event loop")
@@ -77,7 +92,7 @@ def main() -> int:
 
         loop = uvloop.new_event_loop()
     web.run_app(
-        make_app(args.upstream),
+        make_app(args.upstream, handler),
         host="127.0.0.1",
         port=args.port,
         access_log=None,

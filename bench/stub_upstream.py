@@ -3,8 +3,9 @@
 `python bench/stub_upstream.py --port P`. A POST whose body starts with `{"model":…,"stream":true`
 (the benchmark bodies put `stream` first, so nothing is parsed) gets the SSE answer, its events
 `x-bench-event-gap-ms` apart (default 0); any other request gets the JSON answer. With
-`x-bench-call: ok` (or `bad`) the SSE answer also emits a `lookup_order` function_call whose
-arguments pass (or fail: a `fields` value outside its enum) the benchmark's schema.
+`x-bench-call: ok` (or `bad`) the answer (JSON or SSE) also emits a `lookup_order`
+function_call whose arguments pass (or fail: a `fields` value outside its enum)
+the benchmark's schema.
 Every answer carries a response id and a message id of its own, as a real server's would,
 and a call's `order_id` differs from one answer to the next (no verdict is cached twice).
 `GET /-/served` counts the requests answered so far (the benchmark's per-request CPU divides
@@ -142,6 +143,15 @@ SSE_WITH_CALL: dict[str, tuple[bytes, ...]] = {
 }
 
 
+JSON_WITH_CALL: dict[str, bytes] = {
+    kind: json.dumps(
+        {**_RESPONSE, "output": [_MESSAGE, json.loads(events[-3].split(b"data: ", 1)[1])["item"]]},
+        separators=(",", ":"),
+    ).encode()
+    for kind, events in SSE_WITH_CALL.items()
+}
+
+
 SERVED = web.AppKey("served", list[int])
 
 
@@ -162,7 +172,8 @@ async def respond(request: web.Request) -> web.StreamResponse:
     request.app[SERVED][0] += 1
     serial = request.app[SERVED][0]
     if b'"stream":true' not in data[:64]:
-        return web.Response(body=_with_ids(JSON_ANSWER, serial), content_type="application/json")
+        answer = JSON_WITH_CALL.get(request.headers.get("x-bench-call", ""), JSON_ANSWER)
+        return web.Response(body=_with_ids(answer, serial), content_type="application/json")
     gap_s = float(request.headers.get("x-bench-event-gap-ms", "0")) / 1000
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

@@ -15,7 +15,9 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 # bodies and answers, wrk, the trees compared, the reports. Every other bench/*.py is a workload,
 # a command of its own.
 HARNESS = {
+    "callgrind",  # servers counted by callgrind, dump by dump
     "client",  # aiohttp clients: answers checked, streams held and timed
+    "floor",  # the minimal proxy: strict parse, outputs paired, verdicts cached
     "host",  # the machine, and the CPU others take
     "litellm_target",  # LiteLLM's proxy as a target of load.py
     "load_report",  # load.py's section of docs/performance.md

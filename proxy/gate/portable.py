@@ -132,6 +132,12 @@ class ItemSchemas:
                 return item_type, found
         return None
 
+    def quick_output_passes(self, output: Item, steps: Steps) -> bool:
+        """Whether the quick acceptor passes the output as `check_pair` reads it: True only
+        when `check_pair` would find nothing wrong with it (False says nothing)."""
+        quick = self.quick_output
+        return quick is not None and quick(read_output(output), steps)
+
     def iter_violations(
         self, schema: str, item: Any, deadline: float | None = None
     ) -> Iterator[Violation]:

@@ -13,7 +13,7 @@ from proxy.gate import items
 from proxy.gate.acceptor import Steps
 from proxy.gate.arguments import judged_arguments, schemas_key
 from proxy.gate.budget import Allowance
-from proxy.gate.caches import GateCaches
+from proxy.gate.caches import GateCaches, PassedKey
 from proxy.gate.errors import error_document
 from proxy.gate.findings import MESSAGES, Failed, Finding
 from proxy.gate.grammar import check_input, custom_formats
@@ -429,6 +429,44 @@ class _Inspection:
         return found
 
     def check_call(
+        self, call: Item, output: Item, family: Kind, *, recorded: bool
+    ) -> Failed | None:
+        """What the paired item (or, for `not_portable`, its output) fails first, or None when
+        it passes: `judge_call`, remembered for an inline call that passed.
+
+        A conversation re-sends its history on every turn; an inline call that passed every
+        check of its own (its kind and type, the spec's call schema, its status, its arguments)
+        passes them again when it comes back with the same fields and values under the same
+        schemas, so only its output is checked again (by the quick acceptor; anything it does
+        not pass is judged in full). Only strings and nulls make the key (`1`, `1.0` and `true`
+        are equal in Python, not in a schema), and never a call whose verdict reads the ledger
+        (provenance required, or a status left out)."""
+        key = None if recorded else self.passed_key(call, family)
+        if key is not None and self.caches.passed_calls.get(key):
+            left = self.steps.left
+            if self.caches.item_schemas.quick_output_passes(output, self.steps):
+                return None
+            self.steps.left = left  # judged in full, as if this look had not been made
+        failed = self.judge_call(call, output, family, recorded=recorded)
+        if failed is None and key is not None:
+            self.caches.passed_calls.put(key, True)
+        return failed
+
+    def passed_key(self, call: Item, family: Kind) -> PassedKey | None:
+        """The key a passing inline call is remembered under, or None when it is not."""
+        if self.policy.require_provenance or call.get("status") is None:
+            return None
+        for value in call.values():
+            if value is not None and type(value) is not str:
+                return None
+        name = items.tool_name(call)
+        if name is None:
+            return None
+        schemas = self.schemas_for(name)[1]
+        fields = tuple(call.items())
+        return (family.partner, self.policy.vendor, self.bounds.max_violations, schemas, fields)
+
+    def judge_call(
         self, call: Item, output: Item, family: Kind, *, recorded: bool
     ) -> Failed | None:
         """What the paired item (or, for `not_portable`, its output) fails first, or None when

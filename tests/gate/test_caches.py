@@ -144,3 +144,68 @@ def test_each_distinct_request_schema_is_compiled_once() -> None:
     for body in bodies:
         inspect(body, policy, caches=caches)
     assert len(caches.schemas) == 3
+
+
+def test_a_passing_call_re_sent_is_not_judged_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stateless conversation re-sends its history every turn: a call that passed is
+    remembered by its fields, and only its output is looked at again."""
+    from proxy.gate import verdict
+
+    policy, caches, _ = counted()
+    history = [message("q"), call("a"), output("a"), call("b", '{"region":"emea"}'), output("b")]
+    assert inspect(request(*history), policy, caches=caches).outcome == "forward"
+    assert len(caches.passed_calls) == 2
+    judged: list[Any] = []
+    whole = verdict._Inspection.judge_call
+
+    def counting(self: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
+        judged.append(call["call_id"])
+        return whole(self, call, *args, **kwargs)
+
+    monkeypatch.setattr(verdict._Inspection, "judge_call", counting)
+    # Parsed again from the wire: equal items, not the same objects.
+    turn_2 = json.loads(json.dumps(request(*history, call("c"), output("c"))))
+    assert inspect(turn_2, policy, caches=caches).outcome == "forward"
+    assert judged == ["c"]
+
+
+PASSING = call("a")
+# A call or output that differs from the remembered pair in one way, and its verdict with
+# fresh caches: the remembered pass must never stand in for it.
+VARIANTS = {
+    "arguments": (call("a", GLOBAL), output("a")),
+    "status": (call("a", status="in_progress"), output("a")),
+    "status missing": ({k: v for k, v in PASSING.items() if k != "status"}, output("a")),
+    "integer id": (call("a", id=1), output("a")),
+    "true status": (call("a", status=True), output("a")),
+    "name": (call("a", name="get latest sales report"), output("a")),
+    "output status": (PASSING, {**output("a"), "status": "bogus"}),
+    "output parts": (PASSING, {**output("a"), "output": [{"type": "input_text"}]}),
+    "output number": (PASSING, {**output("a"), "output": 1}),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize(
+    "tools",
+    [TOOLS, [tool({"type": "object", "required": ["week"]})]],
+    ids=["same tools", "other schema"],
+)
+def test_a_remembered_pass_never_stands_in_for_another_verdict(
+    variant: str, tools: list[Any]
+) -> None:
+    policy, caches, _ = counted()
+    assert inspect(request(PASSING, output("a")), policy, caches=caches).outcome == "forward"
+    assert len(caches.passed_calls) == 1
+    changed = request(*VARIANTS[variant], tools=tools)
+    fresh = inspect(changed, policy, caches=GateCaches.for_policy(policy))
+    assert inspect(changed, policy, caches=caches) == fresh
+    assert fresh.outcome != "forward"
+
+
+def test_the_same_call_under_another_schema_is_judged_again() -> None:
+    policy, caches, _ = counted()
+    inspect(request(PASSING, output("a")), policy, caches=caches)
+    stricter = [tool({"type": "object", "required": ["week"]})]
+    verdict = inspect(request(PASSING, output("a"), tools=stricter), policy, caches=caches)
+    assert only(verdict)["reason"] == "arguments_schema"

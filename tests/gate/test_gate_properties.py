@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from copy import deepcopy
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -326,3 +327,19 @@ def test_cached_verdicts_match_fresh_ones(body: Any, policy: Policy, ledger: Led
         # Logged findings leave the request as it was; the header counts them.
         assert all(f.action == "log" for f in warm.findings)
         assert warm.header() == (f"logged={len(warm.findings)}" if warm.findings else None)
+
+
+@SETTINGS
+@given(body=BODIES, policy=policies(), ledger=LEDGERS)
+def test_a_session_re_sending_its_history_gets_fresh_verdicts(
+    body: Any, policy: Policy, ledger: Ledger
+) -> None:
+    """Turn by turn, each turn's input the one before with one more item, copied as if read
+    from the wire again: what the caches remember (calls that passed, among them) never
+    changes a verdict."""
+    caches = GateCaches.for_policy(policy)
+    history = body["input"] if isinstance(body.get("input"), list) else []
+    for end in range(len(history) + 1):
+        turn = {**body, "input": deepcopy(history[:end])}
+        fresh = inspect(turn, policy, ledger, GateCaches.for_policy(policy))
+        assert inspect(turn, policy, ledger, caches) == fresh
