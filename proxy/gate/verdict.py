@@ -468,7 +468,8 @@ class _Inspection:
         for value in call.values():
             if value is not None and type(value) is not str:
                 return None
-        name = items.tool_name(call)
+        # Every value is a string or null here: a call without a namespace is named by `name`.
+        name = items.tool_name(call) if items.NAMESPACE in call else call.get("name")
         if name is None:
             return None
         schemas = self.schemas_for(name)[1]
