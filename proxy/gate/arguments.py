@@ -112,7 +112,13 @@ def pending_schemas(body: Any, policy: Policy, caches: GateCaches) -> list[Any]:
     """
     if not isinstance(body, dict) or not isinstance(body.get("input"), list):
         return []
-    called = {items.tool_name(i) for i in body["input"] if isinstance(i, dict)}
+    called = set()
+    for item in body["input"]:
+        if isinstance(item, dict):
+            # `tool_name` only for a call that names a namespace: this runs once per item.
+            name = items.tool_name(item) if items.NAMESPACE in item else item.get("name")
+            if isinstance(name, str):
+                called.add(name)
     return [
         {} if parameters is None else parameters
         for name, parameters in items.declared_tools(body)

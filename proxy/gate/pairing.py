@@ -99,12 +99,15 @@ class Pairing:
         self.unknown: set[int] = set()
         self.ambiguous: set[int] = set()
         self.kinds = [items.kind(item) for item in self.input]
+        outputs = vocabulary.outputs
         for index, item in enumerate(self.input):
             item_kind = self.kinds[index]
-            family = vocabulary.output_of(item_kind)
+            # A dict lookup, not a call: this runs once per item of every request.
+            family = outputs.get(item_kind) if item_kind is not None else None
             if family is not None:
-                call_id = items.answered_key(item, family.pairs_by)
-                if call_id is not None:
+                field = family.pairs_by
+                call_id = item.get(field) if field is not None else None
+                if isinstance(call_id, str):
                     self.outputs.setdefault(call_id, []).append(index)
             elif item_kind == items.ITEM_REFERENCE:
                 ref = items.reference_id(item)

@@ -37,7 +37,7 @@ from proxy.gate.schemas import (
     MAX_VIOLATIONS,
     Compiled,
 )
-from proxy.gate.vocabulary import Kind, PayloadCheck, Role, vocabulary_of
+from proxy.gate.vocabulary import Kind, PayloadCheck, vocabulary_of
 
 # Findings listed per answer or record by default (`limits.max_findings`); the others counted.
 MAX_FINDINGS = 100
@@ -213,6 +213,10 @@ class _Inspection:
         if isinstance(self.body.get(MESSAGES), list):
             # A Chat Completions request sent to a Responses path: `check` reports it so too.
             yield Finding(None, ENVELOPE, self.policy.action_for(ENVELOPE), param=MESSAGES)
+        # Looked up once, not per item: most upstreams have no vendor (no item is foreign)
+        # and a vocabulary with no kind that carries its own result.
+        kinds, outputs, ran = self.pairing.kinds, self.vocabulary.outputs, self.vocabulary.ran
+        vendor = self.policy.vendor
         for index, item in enumerate(self.input):
             if items.is_envelope(item):
                 yield self.finding(index, _string(item.get("tool_call_id")), ENVELOPE)
@@ -221,18 +225,21 @@ class _Inspection:
             elif index in self.pairing.unknown:
                 unknown = self.finding(index, None, UNKNOWN_REFERENCE)
                 yield replace(unknown, reference=items.reference_id(item))
-            foreign = self.foreign(index, item)
-            if foreign is not None:
-                yield foreign
+            if vendor is not None:
+                foreign = self.foreign(index, item)
+                if foreign is not None:
+                    yield foreign
+            item_kind = kinds[index]
+            if item_kind is None:
+                continue
             # An output that also carries an envelope key is still gated: the envelope's action
             # (say `log`) must not let its call past a stricter reason's action.
-            family = self.vocabulary.output_of(self.pairing.kinds[index])
+            family = outputs.get(item_kind)
             if family is not None:
                 finding = self.check_output(index, item, family)
                 if finding is not None:
                     yield finding
-            own = self.vocabulary.of(self.pairing.kinds[index])
-            if own is not None and own.role == Role.NEITHER and own.check != PayloadCheck.NONE:
+            elif ran and (own := ran.get(item_kind)) is not None:
                 # A call the server ran, its output inside it (an `mcp_call`): judged itself.
                 finding = self.check_ran(index, item, own)
                 if finding is not None:
@@ -328,7 +335,9 @@ class _Inspection:
         may be replayed. A family other than function calls names its call's kind in the
         finding's `item_type`, for its sentences."""
         said = None if family.partner == items.FUNCTION_CALL else family.partner
-        call_id = items.answered_key(output, family.pairs_by)
+        field = family.pairs_by
+        found = output.get(field) if field is not None else None
+        call_id = found if isinstance(found, str) else None
         if call_id is None:
             return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
         inline, by_reference, upstream = self.pairing.paired(index, call_id)
@@ -459,7 +468,8 @@ class _Inspection:
         for value in call.values():
             if value is not None and type(value) is not str:
                 return None
-        name = items.tool_name(call)
+        # Every value is a string or null here: a call without a namespace is named by `name`.
+        name = items.tool_name(call) if items.NAMESPACE in call else call.get("name")
         if name is None:
             return None
         schemas = self.schemas_for(name)[1]

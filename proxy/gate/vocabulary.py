@@ -13,7 +13,7 @@ vendor has no entry keeps the gate's original vocabulary, where every unslugged 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -128,6 +128,20 @@ class Vocabulary:
 
     kinds: Mapping[str, Kind]
     closed: bool
+    # The kinds of `kinds` the gate pairs as outputs, and those that carry their own result
+    # and a payload it checks (an `mcp_call`): looked up once per item, so kept apart.
+    outputs: Mapping[str, Kind] = field(init=False)
+    ran: Mapping[str, Kind] = field(init=False)
+
+    def __post_init__(self) -> None:
+        outputs = {t: k for t, k in self.kinds.items() if k.role == Role.OUTPUT}
+        ran = {
+            t: k
+            for t, k in self.kinds.items()
+            if k.role == Role.NEITHER and k.check != PayloadCheck.NONE
+        }
+        object.__setattr__(self, "outputs", outputs)
+        object.__setattr__(self, "ran", ran)
 
     def native(self, item_type: str) -> bool:
         return not self.closed or item_type in self.kinds
@@ -137,8 +151,7 @@ class Vocabulary:
 
     def output_of(self, item_kind: str | None) -> Kind | None:
         """The kind of an output the gate pairs with its call; None for any other item."""
-        found = self.kinds.get(item_kind) if item_kind is not None else None
-        return found if found is not None and found.role == Role.OUTPUT else None
+        return self.outputs.get(item_kind) if item_kind is not None else None
 
 
 def _vocabulary(kinds: tuple[Kind, ...], *, closed: bool) -> Vocabulary:

@@ -109,3 +109,13 @@ def test_strip_removes_a_foreign_kind() -> None:
     verdict = inspect(body, Policy(vendor="openai", action="strip"), Ledger())
     assert verdict.outcome == "strip"
     assert verdict.input == [message("hi"), call("c"), output("c")]
+
+
+def test_the_per_item_maps_hold_the_outputs_and_the_kinds_that_carry_their_result() -> None:
+    openai = VOCABULARIES["openai"]
+    assert openai.outputs == {k.type: k for k in OPENAI_KINDS if k.role == Role.OUTPUT}
+    assert set(openai.ran) == {"mcp_call"}
+    assert set(CORE.outputs) == {"function_call_output"}
+    assert CORE.ran == {}
+    assert openai.output_of("function_call") is None
+    assert openai.output_of("custom_tool_call_output") is openai.kinds["custom_tool_call_output"]
