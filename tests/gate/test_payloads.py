@@ -197,3 +197,27 @@ def test_a_regex_runs_in_the_validation_time() -> None:
     verdict = inspect(body, Policy(vendor="openai", validation_timeout_s=0.05), Ledger())
     [finding] = verdict.findings
     assert (finding.reason, finding.fail[0].reason) == ("input_grammar", "pattern_timeout")
+
+
+def test_a_grammar_that_is_not_lalr_fails_closed() -> None:
+    """A grammar LALR(1) cannot parse (here a reduce/reduce conflict) would need Earley, cubic
+    at worst: the call fails `input_grammar`, saying why, and nothing is parsed."""
+    definition = 'start: a "x" | b "x"\na: "z"\nb: "z"\n'
+    ambiguous = {"type": "grammar", "syntax": "lark", "definition": definition}
+    tool = {"type": "custom", "name": "calc", "format": ambiguous}
+    body = request(message("hi"), *custom_pair("zx"), tools=[tool])
+    verdict = inspect(body, Policy(vendor="openai"), Ledger())
+    [finding] = verdict.findings
+    assert (finding.reason, finding.fail[0].reason) == ("input_grammar", "invalid_grammar")
+    assert "not an LALR(1) grammar" in str(finding.fail[0].message)
+
+
+def test_a_lark_input_is_bounded() -> None:
+    tool = custom_tool("lark")
+    verdict = inspect(
+        request(message("hi"), *custom_pair("add " + "1," * 40_000 + "1"), tools=[tool]),
+        Policy(vendor="openai"),
+        Ledger(),
+    )
+    [finding] = verdict.findings
+    assert (finding.reason, finding.fail[0].reason) == ("input_grammar", "input_too_long")
