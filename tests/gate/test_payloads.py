@@ -221,3 +221,18 @@ def test_a_lark_input_is_bounded() -> None:
     )
     [finding] = verdict.findings
     assert (finding.reason, finding.fail[0].reason) == ("input_grammar", "input_too_long")
+
+
+def test_a_lark_definition_is_bounded() -> None:
+    """Lark's LALR(1) tables take time about the square of the grammar to build: a definition
+    past 8,192 characters is not compiled."""
+    rules = "\n".join(f'r{i}: "a{i}"' for i in range(600))
+    definition = "start: " + " | ".join(f"r{i}" for i in range(600)) + "\n" + rules
+    assert len(definition) > 8_192
+    tool = {"type": "custom", "name": "calc",
+            "format": {"type": "grammar", "syntax": "lark", "definition": definition}}  # fmt: skip
+    verdict = inspect(request(message("hi"), *custom_pair("a1"), tools=[tool]),
+                      Policy(vendor="openai"), Ledger())  # fmt: skip
+    [finding] = verdict.findings
+    assert (finding.reason, finding.fail[0].reason) == ("input_grammar", "invalid_grammar")
+    assert "definition over 8192 characters" in str(finding.fail[0].message)
