@@ -10,8 +10,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
+from tests.servers.loopback import serving
 from tests.servers.recording import RecordingUpstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # its own imports
@@ -29,10 +29,8 @@ OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "shippe
 
 @pytest.fixture
 async def floor_url(recording_upstream: RecordingUpstream) -> AsyncIterator[str]:
-    server = TestServer(passthrough.make_app(recording_upstream.url, floor.gate), host="127.0.0.1")
-    await server.start_server()
-    yield str(server.make_url("")).rstrip("/")
-    await server.close()
+    async with serving(passthrough.make_app(recording_upstream.url, floor.gate)) as url:
+        yield url
 
 
 async def post(url: str, data: bytes) -> tuple[int, bytes]:

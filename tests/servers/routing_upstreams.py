@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+
+from tests.servers.loopback import serving
 
 GATED_ROUTES = ("/v1/responses", "/v1/responses/compact", "/responses", "/responses/compact")
 
@@ -96,10 +97,5 @@ async def serve_routing_upstream(kind: str) -> AsyncIterator[RoutingUpstream]:
     """A `strict` or `lax` upstream on a free loopback port."""
     upstream = RoutingUpstream(kind)
     app = _strict_app(upstream) if kind == "strict" else _lax_app(upstream)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    upstream.url = str(server.make_url("")).rstrip("/")
-    try:
+    async with serving(app) as upstream.url:
         yield upstream
-    finally:
-        await server.close()

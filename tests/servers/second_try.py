@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp.test_utils import TestServer
-
+from tests.servers.loopback import serving
 from tests.servers.strict_upstream import Item, StrictUpstream
 
 TOOL = "lookup_order"
@@ -76,10 +75,5 @@ class SecondTryUpstream(StrictUpstream):
 async def serve() -> AsyncIterator[SecondTryUpstream]:
     """The upstream on a free loopback port, in the running event loop."""
     upstream = SecondTryUpstream()
-    server = TestServer(upstream.app(), host="127.0.0.1")
-    await server.start_server()
-    upstream.url = str(server.make_url("")).rstrip("/")
-    try:
+    async with serving(upstream.app()) as upstream.url:
         yield upstream
-    finally:
-        await server.close()

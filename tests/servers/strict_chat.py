@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+
+from tests.servers.loopback import serving
 
 
 def refusal(messages: list[Any]) -> str | None:
@@ -89,10 +90,5 @@ async def serve() -> AsyncIterator[StrictChat]:
     upstream = StrictChat()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", upstream.handle)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    upstream.url = str(server.make_url("")).rstrip("/")
-    try:
+    async with serving(app) as upstream.url:
         yield upstream
-    finally:
-        await server.close()

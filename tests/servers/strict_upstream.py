@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+
+from tests.servers.loopback import serving
 
 Item = dict[str, Any]
 Event = dict[str, Any]
@@ -406,13 +407,8 @@ def _events(response: Event, output: list[Item]) -> Iterator[Event]:
 async def serve() -> AsyncIterator[StrictUpstream]:
     """A strict upstream on a free loopback port, in the running event loop."""
     upstream = StrictUpstream()
-    server = TestServer(upstream.app(), host="127.0.0.1")
-    await server.start_server()
-    upstream.url = str(server.make_url("")).rstrip("/")
-    try:
+    async with serving(upstream.app()) as upstream.url:
         yield upstream
-    finally:
-        await server.close()
 
 
 def main(argv: list[str] | None = None) -> None:
