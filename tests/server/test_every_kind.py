@@ -50,10 +50,17 @@ def sdk_members() -> dict[str, list[frozenset[str]]]:
 
 
 # The tools every request declares: the sales function, a custom tool whose input is a regex,
-# the tool search that lets items add tools.
+# one whose Lark grammar is not LALR(1) (so no call of it can be judged), the tool search that
+# lets items add tools.
 ADDITION = {"type": "grammar", "syntax": "regex", "definition": "^add \\d+(,\\d+)*$"}
 CALC = {"type": "custom", "name": "calc", "format": ADDITION}
-TOOLS = [SALES_TOOL, CALC, {"type": "tool_search"}]
+AMBIGUOUS = {
+    "type": "grammar",
+    "syntax": "lark",
+    "definition": 'start: a "x" | b "x"\na: "z"\nb: "z"\n',
+}
+PICK = {"type": "custom", "name": "pick", "format": AMBIGUOUS}
+TOOLS = [SALES_TOOL, CALC, PICK, {"type": "tool_search"}]
 SCHEMA = {"type": "object", "properties": {"region": {"enum": ["apac", "emea"]}},
           "required": ["region"]}  # fmt: skip
 LISTED = {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "crm",
@@ -152,6 +159,7 @@ ROWS: dict[str, Row] = {
         CUSTOM,
         (
             Broken((custom_call("add 1,x"), CUSTOM[1]), 2, "input_grammar"),
+            Broken((custom_call("zx") | {"name": "pick"}, CUSTOM[1]), 2, "input_grammar"),
             Broken((custom_call("x") | {"name": "nope"}, CUSTOM[1]), 2, "unknown_tool"),
             twice(*CUSTOM),
         ),
