@@ -7,8 +7,10 @@ answered by an output so that the gate judges it; the tools are those the sessio
 `tools/list` gave (see `proxy.state.tool_lists`). Other messages are not shown: they pass.
 
 A call that fails is never forwarded under `rewrite` or `block`: the proxy answers it itself,
-with a `CallToolResult` whose `isError` is true and whose content is the failure record (the
-client's model is told why and may call again), or with the JSON-RPC error -32602 whose `data`
+with a `CallToolResult` whose `isError` is true, its text the failure record's sentence and its
+`structuredContent` the record (in `_meta["replay-proxy/failure"]` when the tool declares an
+`outputSchema`, which a client may hold any structuredContent to): the client's model is told
+why and may call again; or with the JSON-RPC error -32602 whose `data`
 holds the findings. A batch (an array) goes upstream only when every element is a message the
 gate can read and no call in it is refused; else it is refused whole with -32600.
 """
@@ -36,6 +38,8 @@ BATCH = "batch"
 TOOLS_CALL = "tools/call"
 TOOLS_LIST = "tools/list"
 LIST_CHANGED = "notifications/tools/list_changed"
+# Where a rewritten call's failure record is when the tool declares an outputSchema.
+FAILURE_META = "replay-proxy/failure"
 # JSON-RPC 2.0's codes.
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -119,11 +123,15 @@ class McpCalls:
         asked = messages[0].get("id")
         if finding.action == "rewrite":
             record = failure_record(finding)
-            result = {
-                "content": [{"type": "text", "text": record["error"]}],
-                "structuredContent": record,
-                "isError": True,
-            }
+            result: dict[str, Any] = {"content": [{"type": "text", "text": record["error"]}]}
+            tool = self.listed.get(finding.name) if finding.name is not None else None
+            if tool is None or tool.output_schema is None:
+                result["structuredContent"] = record
+            else:
+                # A client SDK (TypeScript's) holds any structuredContent to the tool's
+                # outputSchema, a tool error's too: the record goes where it does not look.
+                result["_meta"] = {FAILURE_META: record}
+            result["isError"] = True
             return {"jsonrpc": "2.0", "id": asked, "result": result}
         return _error(asked, INVALID_PARAMS, failure_record(finding)["error"], verdict, refused)
 

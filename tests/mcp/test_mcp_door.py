@@ -90,7 +90,10 @@ async def test_rewrite_answers_a_call_that_breaks_the_schema_as_a_tool_error(
         result = await session.call_tool("get_report", {"region": "mars", "include_lines": 1})
     assert ran.calls == []  # the server never ran it
     assert result.is_error
-    record = result.structured_content
+    # The tool declares an outputSchema: the record is in `_meta`, not in structuredContent.
+    assert result.structured_content is None
+    assert result.meta is not None
+    record = result.meta["replay-proxy/failure"]
     assert record["success"] is False
     assert record["execute"] is False
     assert record["check"] == "get_report"
@@ -166,7 +169,8 @@ async def test_every_page_of_a_paginated_list_is_recorded(
         # `totals` is only on the second page.
         bad = await session.call_tool("totals", {"bad": "yes"})
         assert bad.is_error
-        assert bad.structured_content["fail"][0]["path"] == "/bad"
+        assert bad.meta is not None
+        assert bad.meta["replay-proxy/failure"]["fail"][0]["path"] == "/bad"
     assert ran.calls == []
 
 
