@@ -112,3 +112,21 @@ def serve_mcp(server: MCPServer | Server[Any], *, json_response: bool = False) -
     app = server.streamable_http_app(json_response=json_response)
     with serve_asgi_in_thread(app, lifespan="on", name="mcp-server") as base:
         yield f"{base}/mcp"
+
+
+def main() -> None:
+    """Serve `reports_server` on 127.0.0.1 (`--port`), JSON answers (`--json`) or SSE."""
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m tests.servers.mcp_tools")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    app = reports_server(Ran()).streamable_http_app(json_response=args.json)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
