@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from bench.servers import free_port, started
+from servers import free_port, started
 
 _HEADERS = {"Accept": "application/json, text/event-stream", "Authorization": "Bearer sk-bench"}
 _VERSION = "2025-11-25"
@@ -69,7 +69,8 @@ async def timed(
         async with http.post(url, json=message, headers=headers) as answer:
             found: Any = await answer.json()
         took.append(time.perf_counter() - start)
-        assert answer.status == 200 and "result" in found, found
+        assert answer.status == 200, found
+        assert "result" in found, found
     return statistics.median(took) * 1e6
 
 
@@ -94,7 +95,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        log = stack.enter_context(open(Path(tmp) / "servers.log", "wb"))  # noqa: SIM115
+        log = stack.enter_context(open(Path(tmp) / "servers.log", "wb"))
         mcp_port, proxy_port = free_port(), free_port()
         server_argv = [sys.executable, "-m", "tests.servers.mcp_tools", "--port", str(mcp_port)]
         stack.enter_context(started("mcp", [*server_argv, "--json"], mcp_port, log))
@@ -111,10 +112,10 @@ def main() -> None:
         urls = {"direct": server, "proxy": f"http://127.0.0.1:{proxy_port}/mcp/reports"}
         medians = asyncio.run(measure(urls, args.calls, args.rounds))
     direct = medians["direct, valid call"]
-    print("| call | median µs per call | x direct |")
-    print("| :--- | ---: | ---: |")
+    print("| call | median µs per call | x direct |")  # noqa: T201
+    print("| :--- | ---: | ---: |")  # noqa: T201
     for name, value in medians.items():
-        print(f"| {name} | {value:,.0f} | {value / direct:.2f}x |")
+        print(f"| {name} | {value:,.0f} | {value / direct:.2f}x |")  # noqa: T201
 
 
 if __name__ == "__main__":
