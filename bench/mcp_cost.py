@@ -25,7 +25,6 @@ from typing import Any
 
 import aiohttp
 import yaml
-
 from servers import free_port, started
 
 _HEADERS = {"Accept": "application/json, text/event-stream", "Authorization": "Bearer sk-bench"}
