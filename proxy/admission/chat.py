@@ -168,6 +168,7 @@ class ChatCompletions:
         "/v1/chat/completions": "chat_completions",
         "/chat/completions": "chat_completions",
     }
+    label = "chat"
     records = False
 
     def compacts(self, path: str) -> bool:
