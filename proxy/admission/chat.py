@@ -169,6 +169,7 @@ class ChatCompletions:
         "/v1/chat/completions": "chat_completions",
         "/chat/completions": "chat_completions",
     }
+    label = "chat"
     records = False
 
     def compacts(self, path: str) -> bool:

@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from proxy.admission import body, mcp, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
-from proxy.admission.dialect import Dialect, dialect_of
+from proxy.admission.dialect import NO_DIALECT, OPEN_RESPONSES, Dialect, dialect_of
 from proxy.admission.emitted import EmittedCalls
 from proxy.admission.ids import new_request_id
 from proxy.admission.mcp import McpCalls
@@ -96,7 +96,7 @@ def read_target(raw_target: str, metrics: Metrics) -> targets.Target:
 def refused_target(exc: targets.TargetError, metrics: Metrics) -> ProxyError:
     """The answer to a request target `targets.read_target` could not read, counted (for a
     front that reads the target itself and has the metrics at hand only when it fails)."""
-    metrics.count(ANY_ROUTE, Outcome.INVALID_TARGET, NO_UPSTREAM)
+    metrics.count(ANY_ROUTE, Outcome.INVALID_TARGET, NO_UPSTREAM, NO_DIALECT)
     return ProxyError(400, "invalid_request_target", str(exc))
 
 
@@ -143,6 +143,7 @@ class Exchange:
         "added",
         "caches",
         "config",
+        "dialect",
         "matched",
         "mcp",
         "outcome",
@@ -179,6 +180,7 @@ class Exchange:
         self.target: targets.Target | None = None  # as forwarded (prefix removed)
         self.matched: Mapping[str, str] = _NO_HEADERS  # the headers routes match on
         self.route = ANY_ROUTE  # the metrics' route label
+        self.dialect = NO_DIALECT  # and its dialect label: the API the body speaks
         self.upstream: str | None = None  # the name of the upstream it goes to
         self.outcome: Outcome | None = None
         self.recording: Recording | None = None
@@ -231,6 +233,7 @@ class Exchange:
             and any(v.lower() == "websocket" for v in values("upgrade"))
         ):
             self.route = "websocket"
+            self.dialect = OPEN_RESPONSES.label
             if behind_envoy:
                 # Envoy relays a WebSocket's frames without the processor: they cannot be gated.
                 raise self.refuse(_not_gated_behind_envoy(), route="websocket")
@@ -241,6 +244,7 @@ class Exchange:
             self.state = _UPSTREAM
             return _PASS
         self.route = targets.GATED[gated]
+        self.dialect = dialect_of(gated).label
         return self._body_expected(values)
 
     def mcp_head(
@@ -260,6 +264,7 @@ class Exchange:
             raise self._unexpected(_HEAD)
         route = self.config.mcp_routes[server]
         self.received, self.target, self.route = target.path, target, mcp.ROUTE
+        self.dialect = mcp.LABEL
         self.upstream = route.upstream
         self._tenant(values)
         given = values("mcp-session-id")
@@ -332,6 +337,7 @@ class Exchange:
         frame = Exchange(self.services, config, caches, "websocket", request_id)
         frame.tenant, frame.received, frame.matched = self.tenant, self.received, self.matched
         frame.target, frame.route, frame.state = self.target, "websocket", State.BODY
+        frame.dialect = self.dialect
         return frame
 
     def watch_turns(self) -> ResponseTap:
@@ -491,14 +497,14 @@ class Exchange:
     def counted(self) -> None:
         """The request went upstream and its answer began: counted, once, under its outcome."""
         self.services.metrics.count(
-            self.route, self.outcome or Outcome.FORWARD, self.upstream or NO_UPSTREAM
+            self.route, self.outcome or Outcome.FORWARD, self.upstream or NO_UPSTREAM, self.dialect
         )
 
     def upstream_failed(self) -> None:
         """No answer could be had from the upstream."""
         self.state = _ANSWERED
         self.services.metrics.count(
-            self.route, Outcome.UPSTREAM_ERROR, self.upstream or NO_UPSTREAM
+            self.route, Outcome.UPSTREAM_ERROR, self.upstream or NO_UPSTREAM, self.dialect
         )
 
     def answer_head(
@@ -575,7 +581,7 @@ class Exchange:
     ) -> ProxyError:
         """The request is answered here with `failure`, counted under `outcome` (a head the
         front's wire refuses is refused through here too)."""
-        self.services.metrics.count(route, outcome, upstream)
+        self.services.metrics.count(route, outcome, upstream, self.dialect)
         self.state = _ANSWERED
         return failure
 

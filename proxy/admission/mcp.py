@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from proxy.gate.findings import Finding
     from proxy.gate.verdict import Verdict
 
-# The metrics' route of every MCP server's path.
+# The metrics' route of every MCP server's path, and its dialect label.
 ROUTE = "mcp"
+LABEL = "mcp"
 PREFIX = "/mcp/"
 MESSAGES = "mcp"
 BATCH = "batch"
@@ -68,6 +69,7 @@ class McpCalls:
     its session's list at hand (`listed`)."""
 
     records = False
+    label = LABEL
 
     def __init__(self, server: str, listed: Mapping[str, Listed]) -> None:
         self.server = server

@@ -143,3 +143,20 @@ async def test_the_session_ends_with_delete_through_the_proxy(
         assert ended.headers["x-request-id"]
     status, _ = await wire.post(call(5, {"region": "us"}))
     assert status == 404  # the server's own answer for a session it ended, relayed
+
+
+async def test_mcp_requests_are_counted_under_their_own_dialect(
+    reports: tuple[str, Ran], start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    url, _ = reports
+    wire = await opened(start_proxy, http, url)
+    await wire.post(call(6, {"region": "mars"}))
+    async with http.get(wire.url.replace("/mcp/reports", "/-/metrics")) as page:
+        text = await page.text()
+    counted = [
+        line
+        for line in text.splitlines()
+        if line.startswith("replay_proxy_requests_total{") and 'dialect="mcp"' in line
+    ]
+    assert any('outcome="rewrite"' in line and 'route="mcp"' in line for line in counted), counted
+    assert any('outcome="forward"' in line for line in counted), counted
