@@ -19,6 +19,7 @@ from proxy.admission.chat import ChatCompletions
 from proxy.gate import items
 
 if TYPE_CHECKING:
+    from proxy.gate.pairing import Recorded
     from proxy.gate.verdict import Verdict
 
 
@@ -28,6 +29,11 @@ class View(Protocol):
     @property
     def body(self) -> Mapping[str, Any]:
         """What the gate and the ledger read: `input` items, `tools`, `previous_response_id`."""
+        ...
+
+    def settle(self, recorded: Recorded | None) -> None:
+        """What the ledger holds for `body` (None: it names nothing there) is known, before
+        the gate reads it: what a dialect's items leave to the ledger is settled in it."""
         ...
 
     def located(self, verdict: Verdict) -> Verdict:
@@ -47,6 +53,13 @@ class Dialect(Protocol):
     @property
     def records(self) -> bool:
         """Whether its answers are responses the ledger records (and door 2 checks)."""
+        ...
+
+    @property
+    def continues(self) -> bool:
+        """Whether a body may continue a recorded response (`previous_response_id`): then
+        its input is recorded whole with `ledger.whole_items`, to be inlined for another
+        upstream."""
         ...
 
     def view(self, parsed: Mapping[str, Any]) -> View:
@@ -87,6 +100,7 @@ class OpenResponses:
         "/responses/compact": "responses_compact",
     }
     records = True
+    continues = True
 
     def view(self, parsed: Mapping[str, Any]) -> View:
         # The gate's own vocabulary: read as it is, and its verdict already in the body's terms.
@@ -126,6 +140,9 @@ class _Whole:
 
     def __init__(self, body: Mapping[str, Any]) -> None:
         self.body = body
+
+    def settle(self, recorded: Recorded | None) -> None:
+        return None
 
     def located(self, verdict: Verdict) -> Verdict:
         return verdict

@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
-from proxy.admission.dialect import dialect_of
+from proxy.admission.dialect import CHAT_COMPLETIONS, dialect_of
 from proxy.admission.emitted import EmittedCalls
 from proxy.admission.ids import new_request_id
 from proxy.admission.pipeline import NO_UPSTREAM, Answer, Forward, Transport
@@ -412,6 +412,7 @@ class Exchange:
             EmittedCalls(relayed),
             decided.policy,
             decided.bounds,
+            chat=request.dialect is CHAT_COMPLETIONS,
         )
 
     # -- the answer --------------------------------------------------------------------------

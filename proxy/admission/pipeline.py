@@ -202,7 +202,7 @@ async def admit(
         recorded = context_of(
             parsed, verdict, view, compacts=dialect.compacts(request.path), dialect=dialect
         )
-        if config.ledger.whole_items:
+        if config.ledger.whole_items and dialect.continues:
             recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
     return Forward(
         data,
@@ -239,6 +239,7 @@ async def _continued(
         provenance=routed.policy.require_provenance,
         upstream=upstream,
     )
+    seen.settle(view)
     previous = seen.body.get("previous_response_id")
     if view is None or not isinstance(previous, str):
         return parsed, seen, view, changed
@@ -248,7 +249,9 @@ async def _continued(
     if origin is None or origin == upstream or origin not in config.upstream_named:
         return parsed, seen, view, changed
     parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
-    return parsed, request.dialect.view(parsed), view, True
+    seen = request.dialect.view(parsed)
+    seen.settle(view)
+    return parsed, seen, view, True
 
 
 def _too_large(size: int, limit: int) -> ProxyError:

@@ -10,6 +10,7 @@ Everything it was sent is kept (`requests`) for tests to assert on.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,3 +93,54 @@ async def serve() -> AsyncIterator[StrictChat]:
     app.router.add_post("/v1/chat/completions", upstream.handle)
     async with serving(app) as upstream.url:
         yield upstream
+
+
+def tool_completion(
+    *calls: dict[str, Any], finish_reason: str = "tool_calls", completion_id: str = "chatcmpl-2"
+) -> dict[str, Any]:
+    """A completion whose one choice makes these `tool_calls` and ends with `finish_reason`."""
+    message = {"role": "assistant", "content": None, "tool_calls": list(calls)}
+    return {
+        **completion(""),
+        "id": completion_id,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    }
+
+
+def stream_of(answer: dict[str, Any]) -> bytes:
+    """The SSE stream of a completion as OpenAI sends it: a role chunk, then each call's
+    fragments by `index` (its id, type and name first, its arguments in two pieces), then the
+    choice's end, then `data: [DONE]`."""
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        data = {
+            "id": answer["id"],
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": answer["model"],
+            "choices": [choice],
+        }
+        return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+    [choice] = answer["choices"]
+    parts = [chunk({"role": "assistant", "content": None})]
+    for i, call in enumerate(choice["message"].get("tool_calls") or ()):
+        function = call["function"]
+        head = {"name": function["name"], "arguments": ""}
+        parts.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": i, "id": call["id"], "type": call["type"], "function": head}
+                    ]
+                }
+            )
+        )
+        arguments = function["arguments"]
+        half = len(arguments) // 2
+        for piece in (arguments[:half], arguments[half:]):
+            parts.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+    parts.append(chunk({}, choice["finish_reason"]))
+    parts.append(b"data: [DONE]\n\n")
+    return b"".join(parts)
