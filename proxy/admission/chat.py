@@ -182,6 +182,7 @@ class ChatCompletions:
     }
     records = True
     continues = False
+    websocket = False
 
     def compacts(self, path: str) -> bool:
         return False

@@ -56,6 +56,11 @@ class Dialect(Protocol):
         ...
 
     @property
+    def websocket(self) -> bool:
+        """Whether the API has a WebSocket mode on its paths (one request a frame)."""
+        ...
+
+    @property
     def continues(self) -> bool:
         """Whether a body may continue a recorded response (`previous_response_id`): then
         its input is recorded whole with `ledger.whole_items`, to be inlined for another
@@ -101,6 +106,7 @@ class OpenResponses:
     }
     records = True
     continues = True
+    websocket = True
 
     def view(self, parsed: Mapping[str, Any]) -> View:
         # The gate's own vocabulary: read as it is, and its verdict already in the body's terms.

@@ -117,6 +117,14 @@ def _not_gated_behind_envoy() -> ProxyError:
     )
 
 
+def _no_websocket_mode(path: str) -> ProxyError:
+    return ProxyError(
+        400,
+        "websocket_not_supported",
+        f"{path} has no WebSocket mode: send each request as a POST",
+    )
+
+
 class _Nothing:
     """An awaitable done at once, awaited any number of times: nothing to feed a tap."""
 
@@ -230,6 +238,8 @@ class Exchange:
             and any(v.lower() == "websocket" for v in values("upgrade"))
         ):
             self.route = "websocket"
+            if not dialect_of(gated).websocket:
+                raise self.refuse(_no_websocket_mode(mounted.path), route="websocket")
             if behind_envoy:
                 # Envoy relays a WebSocket's frames without the processor: they cannot be gated.
                 raise self.refuse(_not_gated_behind_envoy(), route="websocket")

@@ -11,34 +11,18 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from tests.builders import at, audit_records
 from tests.fixture_types import ProxyFactory
 from tests.server.test_chat_completions import MODEL, SALES, TOOLS, USER, calls, entry, tool
 from tests.server.test_emitted_calls import EMITTED, counted
-from tests.servers.recording import Received, RecordingUpstream
+from tests.servers.recording import RecordingUpstream
 from tests.servers.redis_server import RedisServer
-from tests.servers.strict_chat import stream_of, tool_completion
+from tests.servers.strict_chat import answering, stream_of, tool_completion
 
 CHAT = "/v1/chat/completions"
 ALICE = {"Authorization": "Bearer sk-alice"}
 BOB = {"Authorization": "Bearer sk-bob"}
-
-
-def answering(answer: dict[str, Any]) -> Any:
-    """A recording upstream's handler: `answer` as JSON, or as its stream when asked for one."""
-
-    async def handle(request: web.Request, received: Received) -> web.StreamResponse:
-        if not received.json().get("stream"):
-            return web.json_response(answer)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(stream_of(answer))
-        await response.write_eof()
-        return response
-
-    return handle
 
 
 @pytest.fixture(params=["memory", "redis"])

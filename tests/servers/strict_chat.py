@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.servers.loopback import serving
+from tests.servers.recording import Handler, Received
 
 
 def refusal(messages: list[Any]) -> str | None:
@@ -144,3 +145,18 @@ def stream_of(answer: dict[str, Any]) -> bytes:
     parts.append(chunk({}, choice["finish_reason"]))
     parts.append(b"data: [DONE]\n\n")
     return b"".join(parts)
+
+
+def answering(answer: dict[str, Any]) -> Handler:
+    """A recording upstream's handler: `answer` as JSON, or as its stream when asked for one."""
+
+    async def handle(request: web.Request, received: Received) -> web.StreamResponse:
+        if not received.json().get("stream"):
+            return web.json_response(answer)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(stream_of(answer))
+        await response.write_eof()
+        return response
+
+    return handle
