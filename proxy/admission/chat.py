@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from proxy.gate import items
+from proxy.gate.call_limits import CHAT_LIMITS, CallLimits
 from proxy.gate.vocabulary import CORE
 
 if TYPE_CHECKING:
@@ -186,6 +187,10 @@ class ChatCompletions:
 
     def compacts(self, path: str) -> bool:
         return False
+
+    def call_limits(self, vendor: str | None) -> CallLimits | None:
+        """The Chat API's own limits of the upstream's vendor (OpenAI's 40-character id)."""
+        return None if vendor is None else CHAT_LIMITS.get(vendor)
 
     def input_items(self, parsed: Mapping[str, Any]) -> Sequence[Any]:
         given = parsed.get(MESSAGES)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.admission.chat import ChatCompletions
 from proxy.gate import items
+from proxy.gate.call_limits import CallLimits
 
 if TYPE_CHECKING:
     from proxy.gate.pairing import Recorded
@@ -71,6 +72,11 @@ class Dialect(Protocol):
         """The body as the gate reads it."""
         ...
 
+    def call_limits(self, vendor: str | None) -> CallLimits | None:
+        """What this API of `vendor` refuses in a replayed call beyond the spec's item
+        schema (`not_portable`); None: nothing more."""
+        ...
+
     def compacts(self, path: str) -> bool:
         """Whether a request to this gated path compacts a conversation (its answer stands for
         the calls it compacted)."""
@@ -111,6 +117,9 @@ class OpenResponses:
     def view(self, parsed: Mapping[str, Any]) -> View:
         # The gate's own vocabulary: read as it is, and its verdict already in the body's terms.
         return _Whole(parsed)
+
+    def call_limits(self, vendor: str | None) -> CallLimits | None:
+        return None  # the spec's item schema is the Responses API's
 
     def compacts(self, path: str) -> bool:
         return self.paths.get(path) == "responses_compact"

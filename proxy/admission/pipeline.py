@@ -23,6 +23,7 @@ from proxy.config import DEFAULT_UPSTREAM, Config
 from proxy.gate import items
 from proxy.gate.arguments import compile_schemas, pending_schemas
 from proxy.gate.caches import GateCaches
+from proxy.gate.call_limits import CallLimits
 from proxy.gate.errors import ProxyError
 from proxy.gate.findings import Finding
 from proxy.gate.pairing import NOTHING_RECORDED
@@ -171,7 +172,10 @@ async def admit(
         return answer_to(exc)
     # The config's, made once with its caches (a front's are).
     bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
-    judged = await _inspect(seen.body, policy, view, metrics, _caches(caches, policy), bounds)
+    limits = dialect.call_limits(policy.vendor)
+    judged = await _inspect(
+        seen.body, policy, view, metrics, _caches(caches, policy), bounds, limits
+    )
     # In the body's own terms from here on: its findings' places, the items it sends.
     verdict = seen.located(judged)
     # What goes upstream when the gate changed the body (or the route did): at most
@@ -410,15 +414,17 @@ async def _inspect(
     metrics: Metrics,
     caches: GateCaches,
     bounds: Bounds,
+    limits: CallLimits | None,
 ) -> Verdict:
     """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
-    config's limits of what a verdict lists (`bounds`)."""
+    config's limits of what a verdict lists (`bounds`), a call within those the target's API
+    adds (`limits`)."""
     pending = pending_schemas(parsed, gate, caches)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
         # subschemas, within the limits) must not hold every other client's request.
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
-    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds)
+    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds, limits)
     metrics.verdict_cache.set(len(caches.verdicts))
     return verdict
 

@@ -281,3 +281,40 @@ async def test_the_strict_upstream_refuses_what_strip_avoids(strict: StrictChat)
     assert strict_chat.refusal([USER, calls(entry("c1")), USER]) is not None
     assert strict_chat.refusal([USER, {"role": "assistant", "tool_calls": []}]) is not None
     assert strict_chat.refusal([USER, calls(entry("c1")), tool("c1")]) is None
+
+
+@pytest.mark.parametrize(
+    ("vendor", "length", "status"),
+    [
+        pytest.param("openai", 41, 400, id="openai-refuses-41"),
+        pytest.param("openai", 40, 200, id="openai-takes-40"),
+        pytest.param(None, 64, 200, id="no-vendor-takes-64"),
+        pytest.param("acme", 41, 200, id="another-vendor-takes-41"),
+    ],
+)
+async def test_not_portable_speaks_the_chat_limits_of_the_upstreams_vendor(
+    chat_upstream: RecordingUpstream,
+    start_routed: ProxyFactory,
+    client_for: Clients,
+    vendor: str | None,
+    length: int,
+    status: int,
+) -> None:
+    upstream = {"url": chat_upstream.url} | ({"vendor": vendor} if vendor else {})
+    client = client_for(await start_routed(upstreams={"up": upstream}, routes=[{"upstream": "up"}]))
+    call_id = "c" * length
+    messages: list[Any] = [USER, calls(entry(call_id)), tool(call_id)]
+
+    if status == 200:
+        await client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+        [got] = chat_upstream.received
+        assert got.json()["messages"] == messages
+        return
+    with pytest.raises(openai.BadRequestError) as raised:
+        await client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+    body = raised.value.body
+    assert isinstance(body, dict)
+    [found] = body["findings"]
+    assert (found["reason"], found["param"]) == ("not_portable", "messages[2]")
+    assert found["fail"] == [{"path": "/call_id", "reason": "maxLength", "expected": 40}]
+    assert chat_upstream.received == []
