@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from proxy.gate.schemas import Violation
+if TYPE_CHECKING:
+    from proxy.gate.schemas import Violation
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,10 @@ class CallLimits:
         call_id = call.get("call_id")
         limit = self.max_call_id
         if limit is not None and isinstance(call_id, str) and len(call_id) > limit:
+            # Loaded only when a limit is broken: the request targets read the dialects, which
+            # name these limits, and load no schema machinery.
+            from proxy.gate.schemas import Violation
+
             # As the spec's own `maxLength` of a call_id is said.
             yield Violation("/call_id", "maxLength", None, (limit,))
 
