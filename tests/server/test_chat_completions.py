@@ -108,6 +108,7 @@ FAILING = [
 ]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize(("messages", "reason", "param"), FAILING)
 async def test_each_reason_blocks_with_the_chat_error(
     chat_upstream: RecordingUpstream,
@@ -117,11 +118,14 @@ async def test_each_reason_blocks_with_the_chat_error(
     messages: list[Any],
     reason: str,
     param: str,
+    stream: bool,
 ) -> None:
     client = client_for(await start_proxy(chat_upstream.url))
 
     with pytest.raises(openai.BadRequestError) as raised:
-        await client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+        await client.chat.completions.create(
+            model=MODEL, messages=messages, tools=TOOLS, stream=stream
+        )
 
     assert raised.value.code == "replay_rejected"
     assert raised.value.param == param
@@ -227,6 +231,7 @@ RECORD = {
         pytest.param("log", "logged=1", MARS, id="log-forwards"),
     ],
 )
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_actions_in_chat_terms_reach_a_strict_upstream(
     strict: StrictChat,
     start_proxy: ProxyFactory,
@@ -235,15 +240,24 @@ async def test_actions_in_chat_terms_reach_a_strict_upstream(
     action: str,
     header: str,
     sent: list[Any],
+    stream: bool,
 ) -> None:
     client = client_for(await start_proxy(strict.url, gate={"action": action}))
 
-    raw = await client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=MARS, tools=TOOLS
-    )
+    if stream:
+        async with client.chat.completions.with_streaming_response.create(
+            model=MODEL, messages=MARS, tools=TOOLS, stream=True
+        ) as streamed:
+            headers = streamed.headers
+            pieces = [c.choices[0].delta.content async for c in await streamed.parse()]
+        answer = "".join(p for p in pieces if p)
+    else:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=MARS, tools=TOOLS
+        )
+        headers, answer = raw.headers, raw.parse().choices[0].message.content
 
-    assert raw.headers["x-replay-gate"] == header
-    answer = raw.parse().choices[0].message.content
+    assert headers["x-replay-gate"] == header
     assert answer == f"tool said: {sent[-1]['content']}"
     [got] = strict.requests
     assert got["messages"] == sent

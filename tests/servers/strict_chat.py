@@ -2,7 +2,7 @@
 real provider: a `role: "tool"` message must answer a `tool_calls` entry of an earlier assistant
 message in the same request, every such entry must be answered before the next non-tool message,
 and `tool_calls` may not be empty. Otherwise it answers one assistant message: `tool said:
-<the last tool message's content>`, or `echo: <the last user text>`.
+<the last tool message's content>`, or `echo: <the last user text>` (streamed when asked).
 
 Everything it was sent is kept (`requests`) for tests to assert on.
 """
@@ -84,7 +84,13 @@ class StrictChat:
             text = f"tool said: {tools[-1].get('content')}"
         else:
             text = f"echo: {users[-1].get('content') if users else ''}"
-        return web.json_response(completion(text))
+        if not body.get("stream"):
+            return web.json_response(completion(text))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(stream_of(completion(text)))
+        await response.write_eof()
+        return response
 
 
 @contextlib.asynccontextmanager
@@ -126,6 +132,8 @@ def stream_of(answer: dict[str, Any]) -> bytes:
 
     [choice] = answer["choices"]
     parts = [chunk({"role": "assistant", "content": None})]
+    if choice["message"].get("content"):
+        parts.append(chunk({"content": choice["message"]["content"]}))
     for i, call in enumerate(choice["message"].get("tool_calls") or ()):
         function = call["function"]
         head = {"name": function["name"], "arguments": ""}
