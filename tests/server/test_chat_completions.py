@@ -244,6 +244,7 @@ async def test_actions_in_chat_terms_reach_a_strict_upstream(
 ) -> None:
     client = client_for(await start_proxy(strict.url, gate={"action": action}))
 
+    answer: str | None
     if stream:
         async with client.chat.completions.with_streaming_response.create(
             model=MODEL, messages=MARS, tools=TOOLS, stream=True
