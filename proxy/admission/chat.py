@@ -181,6 +181,7 @@ class ChatCompletions:
         "/v1/chat/completions": "chat_completions",
         "/chat/completions": "chat_completions",
     }
+    label = "chat"
     records = True
     continues = False
     websocket = False

@@ -47,6 +47,11 @@ class Dialect(Protocol):
     """One API's body, as admission reads and edits it."""
 
     @property
+    def label(self) -> str:
+        """Its name in the metrics' `dialect` label."""
+        ...
+
+    @property
     def paths(self) -> Mapping[str, str]:
         """The canonical paths it gates, each with its metrics' `route` label."""
         ...
@@ -110,6 +115,7 @@ class OpenResponses:
         "/responses": "responses",
         "/responses/compact": "responses_compact",
     }
+    label = "responses"
     records = True
     continues = True
     websocket = True
@@ -163,6 +169,8 @@ class _Whole:
         return verdict
 
 
+# The metrics' `dialect` of a request no dialect reads (passed through, or refused before).
+NO_DIALECT = "-"
 OPEN_RESPONSES: Dialect = OpenResponses()
 CHAT_COMPLETIONS: Dialect = ChatCompletions()
 # Every dialect the proxy speaks; a gated path belongs to exactly one.

@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from proxy.admission import body, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
-from proxy.admission.dialect import CHAT_COMPLETIONS, dialect_of
+from proxy.admission.dialect import CHAT_COMPLETIONS, NO_DIALECT, OPEN_RESPONSES, dialect_of
 from proxy.admission.emitted import EmittedCalls
 from proxy.admission.ids import new_request_id
 from proxy.admission.pipeline import NO_UPSTREAM, Answer, Forward, Transport
@@ -94,7 +94,7 @@ def read_target(raw_target: str, metrics: Metrics) -> targets.Target:
 def refused_target(exc: targets.TargetError, metrics: Metrics) -> ProxyError:
     """The answer to a request target `targets.read_target` could not read, counted (for a
     front that reads the target itself and has the metrics at hand only when it fails)."""
-    metrics.count(ANY_ROUTE, Outcome.INVALID_TARGET, NO_UPSTREAM)
+    metrics.count(ANY_ROUTE, Outcome.INVALID_TARGET, NO_UPSTREAM, NO_DIALECT)
     return ProxyError(400, "invalid_request_target", str(exc))
 
 
@@ -149,6 +149,7 @@ class Exchange:
         "added",
         "caches",
         "config",
+        "dialect",
         "matched",
         "outcome",
         "received",
@@ -184,6 +185,7 @@ class Exchange:
         self.target: targets.Target | None = None  # as forwarded (prefix removed)
         self.matched: Mapping[str, str] = _NO_HEADERS  # the headers routes match on
         self.route = ANY_ROUTE  # the metrics' route label
+        self.dialect = NO_DIALECT  # and its dialect label: the API the body speaks
         self.upstream: str | None = None  # the name of the upstream it goes to
         self.outcome: Outcome | None = None
         self.recording: Recording | None = None
@@ -238,8 +240,11 @@ class Exchange:
             and any(v.lower() == "websocket" for v in values("upgrade"))
         ):
             self.route = "websocket"
-            if not dialect_of(gated).websocket:
+            spoken = dialect_of(gated)
+            if not spoken.websocket:
+                self.dialect = spoken.label
                 raise self.refuse(_no_websocket_mode(mounted.path), route="websocket")
+            self.dialect = OPEN_RESPONSES.label
             if behind_envoy:
                 # Envoy relays a WebSocket's frames without the processor: they cannot be gated.
                 raise self.refuse(_not_gated_behind_envoy(), route="websocket")
@@ -250,6 +255,7 @@ class Exchange:
             self.state = _UPSTREAM
             return _PASS
         self.route = targets.GATED[gated]
+        self.dialect = dialect_of(gated).label
         content_type = ", ".join(values("content-type"))
         declared = ", ".join(values("content-length"))
         try:
@@ -293,6 +299,7 @@ class Exchange:
         frame = Exchange(self.services, config, caches, "websocket", request_id)
         frame.tenant, frame.received, frame.matched = self.tenant, self.received, self.matched
         frame.target, frame.route, frame.state = self.target, "websocket", State.BODY
+        frame.dialect = self.dialect
         return frame
 
     def watch_turns(self) -> ResponseTap:
@@ -430,14 +437,14 @@ class Exchange:
     def counted(self) -> None:
         """The request went upstream and its answer began: counted, once, under its outcome."""
         self.services.metrics.count(
-            self.route, self.outcome or Outcome.FORWARD, self.upstream or NO_UPSTREAM
+            self.route, self.outcome or Outcome.FORWARD, self.upstream or NO_UPSTREAM, self.dialect
         )
 
     def upstream_failed(self) -> None:
         """No answer could be had from the upstream."""
         self.state = _ANSWERED
         self.services.metrics.count(
-            self.route, Outcome.UPSTREAM_ERROR, self.upstream or NO_UPSTREAM
+            self.route, Outcome.UPSTREAM_ERROR, self.upstream or NO_UPSTREAM, self.dialect
         )
 
     def answer_head(
@@ -486,7 +493,7 @@ class Exchange:
     ) -> ProxyError:
         """The request is answered here with `failure`, counted under `outcome` (a head the
         front's wire refuses is refused through here too)."""
-        self.services.metrics.count(route, outcome, upstream)
+        self.services.metrics.count(route, outcome, upstream, self.dialect)
         self.state = _ANSWERED
         return failure
 

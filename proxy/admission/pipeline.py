@@ -156,7 +156,7 @@ async def admit(
     except ProxyError as exc:
         # A body that could not be read chose no upstream, whichever front it came through (a
         # WebSocket's frame too: its connection's upstream is not where it went).
-        metrics.count(label, Outcome.INVALID, NO_UPSTREAM)
+        metrics.count(label, Outcome.INVALID, NO_UPSTREAM, dialect.label)
         return answer_to(exc)
     upstream = routed.upstream
     policy = routed.policy
@@ -165,10 +165,10 @@ async def admit(
         parsed, seen, view, changed = await _continued(request, config, routed, parsed, ledger)
     except LedgerFault:
         # The proxy's fault, not the request's: a 503 the SDKs retry, never an `orphan`.
-        metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream)
+        metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream, dialect.label)
         return answer_to(LEDGER_UNAVAILABLE)
     except ProxyError as exc:
-        metrics.count(label, Outcome.INVALID, upstream)
+        metrics.count(label, Outcome.INVALID, upstream, dialect.label)
         return answer_to(exc)
     # The config's, made once with its caches (a front's are).
     bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
@@ -188,7 +188,7 @@ async def admit(
         limit = config.limits.max_body_bytes
         if len(data) > limit and verdict.outcome == "forward":
             # Grown by its route alone (a conversation inlined): too large to send, as if sent.
-            metrics.count(label, Outcome.INVALID, upstream)
+            metrics.count(label, Outcome.INVALID, upstream, dialect.label)
             return answer_to(_too_large(len(data), limit))
         if len(data) > limit:
             verdict = verdict.blocked(over_limit(verdict, str(len(data)), limit))
@@ -197,7 +197,7 @@ async def admit(
     metrics.gate_seconds.observe(time.perf_counter() - started)
     outcome = verdict.outcome
     if outcome == "block":
-        metrics.count(label, Outcome.BLOCK, upstream)
+        metrics.count(label, Outcome.BLOCK, upstream, dialect.label)
         blocked = rejection(verdict, request_id=request.request_id)
         return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()
@@ -441,7 +441,9 @@ def _audit(
     """Count and record the findings of a request (`asked`: its body as the client sent it);
     a finding's tool is named in the metrics when `gate` pins it."""
     for finding in verdict.findings:
-        metrics.found(finding.reason, finding.action, finding.name, gate.pinned)
+        metrics.found(
+            finding.reason, finding.action, finding.name, gate.pinned, request.dialect.label
+        )
     try:
         audit_log.write(
             audit.AuditedRequest(
