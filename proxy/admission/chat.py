@@ -20,15 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.admission import body
 from proxy.gate import items
+from proxy.gate.call_limits import CHAT_LIMITS, CallLimits
 from proxy.gate.vocabulary import CORE
 
 if TYPE_CHECKING:
     from proxy.gate.findings import Finding
+    from proxy.gate.pairing import Recorded
     from proxy.gate.verdict import Verdict
 
 MESSAGES = "messages"
-# What a Chat tool call's `status` is: the completion that emitted it ended (a cut one is a
-# matter for the ledger, which does not record Chat completions yet).
+# What a Chat tool call's `status` is when the proxy never relayed it: the message says nothing
+# of it, and the completion that made it ended. One the proxy relayed is shown without one,
+# and judged by the status it was relayed with (cut: `incomplete`).
 _COMPLETED = "completed"
 # Shown for a tool_calls entry with no string type: not a function call, and typed so that no
 # reading of the spec's defaults takes it for one.
@@ -103,6 +106,16 @@ class ChatView:
         self._shown = shown
         self._by_message = by_message
 
+    def settle(self, recorded: Recorded | None) -> None:
+        """The ledger has been read for this body (`recorded`; None: it names nothing there):
+        a call the proxy never relayed is `completed`; one it relayed keeps no status of its
+        own, so that the gate judges it by the status it was relayed with."""
+        for item in self._shown:
+            if item.get("type") != items.FUNCTION_CALL or "status" in item:
+                continue
+            if recorded is None or not recorded.emitted_statuses(item):
+                item["status"] = _COMPLETED
+
     def located(self, verdict: Verdict) -> Verdict:
         """The verdict in the body's terms: each finding at its message, and the messages as
         they go upstream when the gate stripped or rewrote some."""
@@ -163,17 +176,23 @@ class ChatView:
 
 class ChatCompletions:
     """The Chat Completions API: `messages` holds the conversation; nothing continues a
-    recorded response, and its answers are not recorded (yet)."""
+    recorded response. Its answers' tool calls are recorded (`proxy.admission.completions`)."""
 
     paths: Mapping[str, str] = {
         "/v1/chat/completions": "chat_completions",
         "/chat/completions": "chat_completions",
     }
     label = "chat"
-    records = False
+    records = True
+    continues = False
+    websocket = False
 
     def compacts(self, path: str) -> bool:
         return False
+
+    def call_limits(self, vendor: str | None) -> CallLimits | None:
+        """The Chat API's own limits of the upstream's vendor (OpenAI's 40-character id)."""
+        return None if vendor is None else CHAT_LIMITS.get(vendor)
 
     def input_items(self, parsed: Mapping[str, Any]) -> Sequence[Any]:
         given = parsed.get(MESSAGES)
@@ -232,7 +251,8 @@ def _call(entry: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("name", "arguments"):
             if key in spec:
                 shown[key] = spec[key]
-    shown["status"] = _COMPLETED
+    if shown_type != items.FUNCTION_CALL:
+        shown["status"] = _COMPLETED  # not a call the ledger may know: nothing to settle
     return shown
 
 
@@ -242,6 +262,7 @@ def _function(function_call: Mapping[str, Any], call_id: str) -> dict[str, Any]:
     for key in ("name", "arguments"):
         if key in function_call:
             shown[key] = function_call[key]
+    # Its call id is its place: no completion the proxy relayed made it.
     shown["status"] = _COMPLETED
     return shown
 

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from proxy.admission import body
 from proxy.admission.chat import ChatCompletions
 from proxy.gate import items
+from proxy.gate.call_limits import CallLimits
 
 if TYPE_CHECKING:
+    from proxy.gate.pairing import Recorded
     from proxy.gate.verdict import Verdict
 
 
@@ -29,6 +31,11 @@ class View(Protocol):
     @property
     def body(self) -> Mapping[str, Any]:
         """What the gate and the ledger read: `input` items, `tools`, `previous_response_id`."""
+        ...
+
+    def settle(self, recorded: Recorded | None) -> None:
+        """What the ledger holds for `body` (None: it names nothing there) is known, before
+        the gate reads it: what a dialect's items leave to the ledger is settled in it."""
         ...
 
     def located(self, verdict: Verdict) -> Verdict:
@@ -57,6 +64,17 @@ class Dialect(Protocol):
 
     def parse(self, decoded: bytes) -> dict[str, Any]:
         """The body read (strict JSON); BodyError when it is not one of this API's bodies."""
+
+    @property
+    def websocket(self) -> bool:
+        """Whether the API has a WebSocket mode on its paths (one request a frame)."""
+        ...
+
+    @property
+    def continues(self) -> bool:
+        """Whether a body may continue a recorded response (`previous_response_id`): then
+        its input is recorded whole with `ledger.whole_items`, to be inlined for another
+        upstream."""
         ...
 
     def view(self, parsed: Mapping[str, Any]) -> View:
@@ -67,6 +85,10 @@ class Dialect(Protocol):
         """The answer the proxy gives in the API's own terms instead of forwarding (an MCP
         call refused: a tool error, a JSON-RPC error), or None: the verdict goes the usual way
         (forwarded, or blocked with a 400)."""
+
+    def call_limits(self, vendor: str | None) -> CallLimits | None:
+        """What this API of `vendor` refuses in a replayed call beyond the spec's item
+        schema (`not_portable`); None: nothing more."""
         ...
 
     def compacts(self, path: str) -> bool:
@@ -105,6 +127,8 @@ class OpenResponses:
     label = "responses"
     records = True
     parse = staticmethod(body.parse)
+    continues = True
+    websocket = True
 
     def view(self, parsed: Mapping[str, Any]) -> View:
         # The gate's own vocabulary: read as it is, and its verdict already in the body's terms.
@@ -112,6 +136,9 @@ class OpenResponses:
 
     def answer(self, parsed: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:
         return None
+
+    def call_limits(self, vendor: str | None) -> CallLimits | None:
+        return None  # the spec's item schema is the Responses API's
 
     def compacts(self, path: str) -> bool:
         return self.paths.get(path) == "responses_compact"
@@ -147,6 +174,9 @@ class _Whole:
 
     def __init__(self, body: Mapping[str, Any]) -> None:
         self.body = body
+
+    def settle(self, recorded: Recorded | None) -> None:
+        return None
 
     def located(self, verdict: Verdict) -> Verdict:
         return verdict

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.admission.routing import RouteCaches
@@ -59,6 +59,9 @@ class _Answered:
     listed: Mapping[str, list[Any]]
     allowed: frozenset[str] | None
     relayed: Relayed | None = None
+    # Each output item's place in the answer, when it is not a response's `output` (a Chat
+    # completion's `choices[0].message.tool_calls[1]`): its finding's `param`.
+    places: tuple[str, ...] = ()
 
 
 @dataclass
@@ -76,10 +79,13 @@ class EmittedCalls:
         policy: Policy | None = None,
         bounds: Bounds | None = None,
         relayed: Relayed | None = None,
+        *,
+        places: tuple[str, ...] = (),
     ) -> None:
         """A response the tap recorded, with the context of the request (or frame) that
-        created it, the policy of the route it took, the bounds of its config, and (a
-        WebSocket's turn) the frame that asked for it."""
+        created it, the policy of the route it took, the bounds of its config, (a WebSocket's
+        turn) the frame that asked for it, and (a Chat completion's) the place in the answer of
+        each of its output items."""
         calls = emitted_calls(response.get("output"))
         if calls:
             tools, key = (context.tools, context.tools_key) if context else ((), None)
@@ -88,7 +94,9 @@ class EmittedCalls:
             allowed = context.allowed if context else None
             bounds = bounds or DEFAULT_BOUNDS
             self.found.append(
-                _Answered(response, tools, key, calls, policy, bounds, listed, allowed, relayed)
+                _Answered(
+                    response, tools, key, calls, policy, bounds, listed, allowed, relayed, places
+                )
             )
 
     def take(self) -> list[_Answered]:
@@ -192,6 +200,8 @@ class EmittedChecks:
             )
         )
         failed = [e.finding for e in judged if e.finding is not None]
+        if answered.places:
+            failed = [replace(f, param=answered.places[f.index or 0]) for f in failed]
         if failed:
             entry = emitted_record(
                 answered.relayed or relayed,

@@ -25,7 +25,13 @@ from types import MappingProxyType
 
 from proxy.admission import body, mcp, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
-from proxy.admission.dialect import NO_DIALECT, OPEN_RESPONSES, Dialect, dialect_of
+from proxy.admission.dialect import (
+    CHAT_COMPLETIONS,
+    NO_DIALECT,
+    OPEN_RESPONSES,
+    Dialect,
+    dialect_of,
+)
 from proxy.admission.emitted import EmittedCalls
 from proxy.admission.ids import new_request_id
 from proxy.admission.mcp import McpCalls
@@ -116,6 +122,14 @@ def _not_gated_behind_envoy() -> ProxyError:
         "websocket_not_gated",
         "a WebSocket on a gated path cannot be gated behind Envoy: send POST requests, "
         "or open the WebSocket through `replay-proxy serve`",
+    )
+
+
+def _no_websocket_mode(path: str) -> ProxyError:
+    return ProxyError(
+        400,
+        "websocket_not_supported",
+        f"{path} has no WebSocket mode: send each request as a POST",
     )
 
 
@@ -233,6 +247,10 @@ class Exchange:
             and any(v.lower() == "websocket" for v in values("upgrade"))
         ):
             self.route = "websocket"
+            spoken = dialect_of(gated)
+            if not spoken.websocket:
+                self.dialect = spoken.label
+                raise self.refuse(_no_websocket_mode(mounted.path), route="websocket")
             self.dialect = OPEN_RESPONSES.label
             if behind_envoy:
                 # Envoy relays a WebSocket's frames without the processor: they cannot be gated.
@@ -490,6 +508,7 @@ class Exchange:
             EmittedCalls(relayed),
             decided.policy,
             decided.bounds,
+            chat=request.dialect is CHAT_COMPLETIONS,
         )
 
     # -- the answer --------------------------------------------------------------------------

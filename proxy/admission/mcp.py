@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.admission import body
 from proxy.gate import items
+from proxy.gate.call_limits import MCP_LIMITS, CallLimits
 from proxy.gate.records import failure_record
 from proxy.state.tool_lists import Listed
 
 if TYPE_CHECKING:
     from proxy.gate.findings import Finding
+    from proxy.gate.pairing import Recorded
     from proxy.gate.verdict import Verdict
 
 # The metrics' route of every MCP server's path, and its dialect label.
@@ -70,6 +72,8 @@ class McpCalls:
 
     records = False
     label = LABEL
+    websocket = False
+    continues = False
 
     def __init__(self, server: str, listed: Mapping[str, Listed]) -> None:
         self.server = server
@@ -89,6 +93,9 @@ class McpCalls:
 
     def view(self, parsed: Mapping[str, Any]) -> McpView:
         return McpView(parsed, self.server, self.listed)
+
+    def call_limits(self, vendor: str | None) -> CallLimits:
+        return MCP_LIMITS
 
     def compacts(self, path: str) -> bool:
         return False
@@ -186,6 +193,9 @@ class McpView:
         ]
         tools = [{"type": items.NAMESPACE, "name": server, "tools": functions}]
         self.body: dict[str, Any] = {"input": shown, "tools": tools}
+
+    def settle(self, recorded: Recorded | None) -> None:
+        return None  # a call's status is its own (`completed`): nothing is left to the ledger
 
     def located(self, verdict: Verdict) -> Verdict:
         """Each finding at its message (`params`, or `[i].params` in a batch), under its tool's

@@ -23,6 +23,7 @@ from proxy.config import DEFAULT_UPSTREAM, Config, Route
 from proxy.gate import items
 from proxy.gate.arguments import compile_schemas, pending_schemas
 from proxy.gate.caches import GateCaches
+from proxy.gate.call_limits import CallLimits
 from proxy.gate.errors import ProxyError
 from proxy.gate.findings import Finding
 from proxy.gate.pairing import NOTHING_RECORDED
@@ -176,7 +177,10 @@ async def admit(
         return answer_to(exc)
     # The config's, made once with its caches (a front's are).
     bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
-    judged = await _inspect(seen.body, policy, view, metrics, _caches(caches, policy), bounds)
+    limits = dialect.call_limits(policy.vendor)
+    judged = await _inspect(
+        seen.body, policy, view, metrics, _caches(caches, policy), bounds, limits
+    )
     # In the body's own terms from here on: its findings' places, the items it sends.
     verdict = seen.located(judged)
     own = dialect.answer(parsed, verdict)
@@ -220,7 +224,7 @@ async def admit(
         recorded = context_of(
             parsed, verdict, view, compacts=dialect.compacts(request.path), dialect=dialect
         )
-        if config.ledger.whole_items:
+        if config.ledger.whole_items and dialect.continues:
             recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
     return Forward(
         data,
@@ -257,6 +261,7 @@ async def _continued(
         provenance=routed.policy.require_provenance,
         upstream=upstream,
     )
+    seen.settle(view)
     previous = seen.body.get("previous_response_id")
     if view is None or not isinstance(previous, str):
         return parsed, seen, view, changed
@@ -266,7 +271,9 @@ async def _continued(
     if origin is None or origin == upstream or origin not in config.upstream_named:
         return parsed, seen, view, changed
     parsed, view = await _materialize(request, routed, parsed, view, ledger, previous)
-    return parsed, request.dialect.view(parsed), view, True
+    seen = request.dialect.view(parsed)
+    seen.settle(view)
+    return parsed, seen, view, True
 
 
 def _too_large(size: int, limit: int) -> ProxyError:
@@ -427,15 +434,17 @@ async def _inspect(
     metrics: Metrics,
     caches: GateCaches,
     bounds: Bounds,
+    limits: CallLimits | None,
 ) -> Verdict:
     """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
-    config's limits of what a verdict lists (`bounds`)."""
+    config's limits of what a verdict lists (`bounds`), a call within those the target's API
+    adds (`limits`)."""
     pending = pending_schemas(parsed, gate, caches)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
         # subschemas, within the limits) must not hold every other client's request.
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
-    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds)
+    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds, limits)
     metrics.verdict_cache.set(len(caches.verdicts))
     return verdict
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from proxy.admission import body
+from proxy.admission.completions import Completion, StreamedCompletion, completion_of
 from proxy.state.ledger import Ledger
 from proxy.state.recording import NO_CONTEXT, Context
 
@@ -50,13 +51,16 @@ class Recording:
     policy: Policy | None = None
     bounds: Bounds | None = None
 
+    # The answer is a Chat completion (`ChatTap`), not an Open Responses response.
+    chat: bool = False
+
     def tap(
         self, status: int, content_type: str, content_encoding: str, content_length: int | None
     ) -> ResponseTap | None:
         """The tap for an answer with this head; only a 200 completes a response."""
         if status != 200:
             return None
-        return ResponseTap(
+        return (ChatTap if self.chat else ResponseTap)(
             self.ledger,
             self.tenant,
             content_type,
@@ -170,8 +174,11 @@ class ResponseTap:
             response = orjson.loads(data)
         except orjson.JSONDecodeError:
             return
-        if not isinstance(response, dict):
-            return
+        if isinstance(response, dict):
+            await self._record(response)
+
+    async def _record(self, response: dict[str, Any]) -> None:
+        """A JSON answer, parsed: recorded when it is a response."""
         kind = response.get("object")
         compacts = self.context is not None and self.context.compacts
         if kind == "response" or (kind == "response.compaction" and compacts):
@@ -307,3 +314,79 @@ def _data_of(block: bytes) -> bytes:
         line[5:].removeprefix(b" ") for line in block.splitlines() if line.startswith(b"data:")
     ]
     return b"\n".join(lines)
+
+
+class ChatTap(ResponseTap):
+    """Watches a Chat Completions answer go by (JSON or SSE) and records the completion's tool
+    calls (`proxy.admission.completions`), under a key of the request's own: the proxy relayed
+    them to this tenant, from this upstream, complete or cut.
+
+    A stream's chunks are read only when they carry call fragments or a choice's end; it is
+    recorded at `data: [DONE]`, or when it ends without one (a choice that never said how it
+    ended is cut). Past `limit` characters of arguments, it goes by unrecorded.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stream = StreamedCompletion()
+
+    async def _record(self, response: dict[str, Any]) -> None:
+        completion = completion_of(response)
+        if completion is not None:
+            await self._record_completion(completion)
+
+    async def _record_completion(self, completion: Completion) -> None:
+        recorded = completion.recorded_as(f"chat/{self.request_id}")
+        await self.ledger.record(self.tenant, recorded, self.context, self.upstream)
+        if self.emitted is not None:
+            self.emitted.add(
+                completion.response,
+                self.context,
+                self.policy,
+                self.bounds,
+                places=completion.places,
+            )
+
+    async def finish(self) -> None:
+        if self.sse and not self.recorded:
+            await self._end_stream()
+            return
+        await super().finish()
+
+    async def _end_stream(self) -> None:
+        self.recorded = True
+        self.pending.clear()
+        completion = self.stream.completion()
+        if completion is not None:
+            await self._record_completion(completion)
+
+    async def _events(self) -> None:
+        pending = self.pending
+        start = 0
+        while (match := _EVENT_END.search(pending, start)) is not None:
+            block = bytes(pending[start : match.start()])
+            start = match.end()
+            if b"[DONE]" in block and _data_of(block).strip() == b"[DONE]":
+                del pending[:start]
+                await self._end_stream()
+                return
+            if b"tool_calls" not in block and not _FINISHED.search(block):
+                continue  # a delta of text: nothing to record
+            try:
+                chunk = orjson.loads(_data_of(block))
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(chunk, dict):
+                self.stream.add(chunk)
+            if self.stream.size > self.limit:
+                self.recorded = True  # too large to keep a copy of; it goes by unrecorded
+                pending.clear()
+                return
+        del pending[:start]
+        if len(pending) > self.limit:
+            self.recorded = True
+            pending.clear()
+
+
+# A chunk that ends a choice: its `finish_reason` is a string, not null.
+_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')

@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
+from proxy.gate.call_limits import CallLimits
 from proxy.gate.findings import Failed
 from proxy.gate.policy import Policy
 from proxy.gate.portable import ItemSchemas, PortableCache, item_schemas
@@ -22,9 +23,17 @@ PASSED = CachedPass.PASSED
 # The schemas' keys, the violations listed at most, the arguments.
 VerdictKey = tuple[tuple[int, ...], int, str]
 # A call that passed every check of its own (`verdict.passed_key`): the partner kind its output
-# names, the target's vendor, the violations listed at most, its schemas' keys, and the call's
-# fields and values, every value a string or null.
-PassedKey = tuple[str | None, str | None, int, tuple[int, ...], tuple[tuple[str, str | None], ...]]
+# names, the target's vendor, the limits its API adds to the spec's (None: none), the
+# violations listed at most, its schemas' keys, and the call's fields and values, every value a
+# string or null.
+PassedKey = tuple[
+    str | None,
+    str | None,
+    CallLimits | None,
+    int,
+    tuple[int, ...],
+    tuple[tuple[str, str | None], ...],
+]
 CachedVerdict = Failed | Literal[CachedPass.PASSED]
 
 

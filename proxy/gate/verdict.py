@@ -14,6 +14,7 @@ from proxy.gate.acceptor import Steps
 from proxy.gate.arguments import judged_arguments, schemas_key
 from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches, PassedKey
+from proxy.gate.call_limits import CallLimits
 from proxy.gate.errors import error_document
 from proxy.gate.findings import MESSAGES, Failed, Finding
 from proxy.gate.grammar import check_input, custom_formats
@@ -131,13 +132,16 @@ def inspect(
     recorded: Recorded = NOTHING_RECORDED,
     caches: GateCaches | None = None,
     bounds: Bounds = Bounds(),
+    limits: CallLimits | None = None,
 ) -> Verdict:
     """Gate every `function_call_output` in the body's `input`, and a Chat Completions body's
     `messages`; never raises on any JSON value.
 
     `caches` carries compiled schemas and verdicts from one request to the next (the fronts
     pass theirs); without it this request's are forgotten when it is done. `bounds` caps what
-    the verdict lists (its cost too: violations past the cap are counted, never rendered)."""
+    the verdict lists (its cost too: violations past the cap are counted, never rendered).
+    `limits` are those the target's API puts on a paired call beyond the spec's item schema
+    (`not_portable` too)."""
     if not isinstance(body, dict):
         return Verdict(Outcome.FORWARD)
     input_items = body.get("input")
@@ -148,7 +152,7 @@ def inspect(
         input_items = []
     if caches is None:
         caches = GateCaches.for_policy(policy)
-    return _Inspection(body, input_items, policy, recorded, caches, bounds).run()
+    return _Inspection(body, input_items, policy, recorded, caches, bounds, limits).run()
 
 
 class _Inspection:
@@ -162,9 +166,11 @@ class _Inspection:
         recorded: Recorded,
         caches: GateCaches,
         bounds: Bounds,
+        limits: CallLimits | None = None,
     ) -> None:
         self.body = body
         self.bounds = bounds
+        self.limits = limits
         self.input = input_items
         self.policy = policy
         self.caches = caches
@@ -474,7 +480,8 @@ class _Inspection:
             return None
         schemas = self.schemas_for(name)[1]
         fields = tuple(call.items())
-        return (family.partner, self.policy.vendor, self.bounds.max_violations, schemas, fields)
+        vendor, cap = self.policy.vendor, self.bounds.max_violations
+        return (family.partner, vendor, self.limits, cap, schemas, fields)
 
     def judge_call(
         self, call: Item, output: Item, family: Kind, *, recorded: bool
@@ -506,9 +513,15 @@ class _Inspection:
             if failed is not None or kind is None:
                 return failed
             return self.check_payload(call, kind.check)
-        unportable = self.caches.item_schemas.check_pair(
-            call, output, self.caches.portable, self.allowance, self.steps
-        )
+        limits = self.limits
+        unportable = None
+        if limits is None or limits.item_schema:
+            unportable = self.caches.item_schemas.check_pair(
+                call, output, self.caches.portable, self.allowance, self.steps
+            )
+        if unportable is None and limits is not None:
+            beyond = tuple(limits.iter_violations(call))
+            unportable = (items.FUNCTION_CALL, beyond) if beyond else None
         if unportable is not None:
             item_type, fail = unportable
             cap = self.bounds.max_violations

@@ -121,5 +121,7 @@ def test_chat_completions_is_gated_by_its_dialect(path: str) -> None:
     assert dialect_of(path) is CHAT_COMPLETIONS
     assert GATED[path] == "chat_completions"
     assert not CHAT_COMPLETIONS.compacts(path)
-    assert not CHAT_COMPLETIONS.records
+    # Its answers' tool calls are recorded; no body continues a recorded one.
+    assert CHAT_COMPLETIONS.records
+    assert not CHAT_COMPLETIONS.continues
     assert targets.read_target(path).gated == path

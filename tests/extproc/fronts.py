@@ -20,6 +20,16 @@ from tests.builders import GLOBAL, HANG_GUARD_S, POLL_S, at
 from tests.extproc.envoy import Extproc
 from tests.server.test_emitted_calls import CannedUpstream, emitted_call, response_with
 from tests.servers.recording import ANSWER, RecordingUpstream
+from tests.servers.strict_chat import answering, tool_completion
+
+# The Chat completion answering a Chat request with BAD_CALL's header: its call fails.
+CHAT_BAD_CALL = tool_completion(
+    {
+        "id": "c_bad",
+        "type": "function",
+        "function": {"name": "get_latest_sales_report", "arguments": GLOBAL},
+    }
+)
 
 # A metric sample: its name and its labels, sorted.
 Sample = tuple[str, tuple[tuple[str, str], ...]]
@@ -68,15 +78,20 @@ class Emitting:
     def __init__(self, upstream: RecordingUpstream) -> None:
         self.usual = upstream.handler
         self.canned = CannedUpstream(response_with(emitted_call("c_bad", GLOBAL)))
+        self.chat_calls = 0
 
     @property
     def calls(self) -> int:
-        return len(self.canned.received)
+        return len(self.canned.received) + self.chat_calls
 
     async def __call__(self, request: web.Request, received: Any) -> web.StreamResponse:
-        if received.headers.get("x-answer") == BAD_CALL["x-answer"]:
-            return await self.canned.handle(request)
-        return await self.usual(request, received)
+        if received.headers.get("x-answer") != BAD_CALL["x-answer"]:
+            return await self.usual(request, received)
+        if request.path.endswith("/chat/completions"):
+            # A Chat completion making the same failing call, as JSON or as its stream.
+            self.chat_calls += 1
+            return await answering(CHAT_BAD_CALL)(request, received)
+        return await self.canned.handle(request)
 
     def frames(self, request: web.Request, turn: int) -> list[str]:
         """The events answering a WebSocket turn: the response an HTTP request gets."""

@@ -230,6 +230,14 @@ HEADERS = [
         id="websocket",
     ),
     pytest.param(
+        "GET",
+        "/v1/chat/completions",
+        {"upgrade": "websocket"},
+        True,
+        ("answer", 400, "websocket_not_supported"),
+        id="chat-has-no-websocket",
+    ),
+    pytest.param(
         "POST",
         "/v1/responses",
         {"accept_encoding": "zstd, gzip"},

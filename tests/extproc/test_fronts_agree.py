@@ -45,12 +45,14 @@ from tests.extproc.fronts import (
 )
 from tests.fixture_types import ProxyFactory
 from tests.server.checks import scrape
+from tests.server.test_chat_completions import TOOLS, USER, calls, entry, tool
 from tests.server.test_websocket import turn_of
 from tests.servers.recording import RecordingUpstream
 
 # The families compared: door 2's calls and the ledger's writes (as tests/extproc/test_envoy.py
 # compares them), and the requests by outcome and the findings, which every front counts too.
 FAMILIES = (*COUNTED, "replay_proxy_requests_total", "replay_proxy_findings_total")
+CHAT = "/v1/chat/completions"
 # How a WebSocket frame carries a body: its members after the frame's `type`.
 FRAME_HEAD = b'{"type":"response.create",'
 
@@ -210,6 +212,46 @@ ROWS = {
         frame=NotOnWebSocket("a WebSocket turn is answered with events whatever `stream` says"),
     ),
 }
+
+
+NO_CHAT_SOCKET = NotOnWebSocket(
+    "Chat Completions has no WebSocket mode: its upgrade is refused, "
+    "tests/server/test_targets_http.py::test_a_websocket_upgrade_is_refused_like_any_request"
+)
+
+
+def chat_row(
+    messages: list[Any], status: int, said: str | None, *, target: str = CHAT, **more: Any
+) -> Row:
+    body = {"model": "m", "messages": messages, "tools": TOOLS} | more
+    return Row(target, JSON_HEADERS, odd_bytes(body), status, said, frame=NO_CHAT_SOCKET)
+
+
+def chat_pair(**changed: Any) -> list[Any]:
+    return [USER, calls(entry("c1", **changed)), tool("c1")]
+
+
+# The Chat path, through the same fronts: gated, acted on and door-2 checked alike.
+ROWS |= {
+    "chat-clean": chat_row(chat_pair(), 200, None),
+    "chat-unversioned-clean": chat_row(chat_pair(), 200, None, target="/chat/completions"),
+    "chat-blocked": chat_row(
+        [USER, calls(entry("c1", "mars")), tool("c1")], 400, "replay_rejected"
+    ),
+    "chat-rewritten": chat_row(chat_pair(function={"arguments": "{bad"}), 200, "rewritten=1"),
+    "chat-logged": chat_row(chat_pair(type="acme:function"), 200, "logged=1"),
+    "chat-prefixed-blocked": chat_row(
+        [USER, calls(entry("c1", "mars")), tool("c1")],
+        400,
+        "replay_rejected",
+        target="/acme/v1/chat/completions",
+    ),
+}
+CHAT_EMITTING = {
+    "chat-emits-failing-call": chat_row([USER], 200, None),
+    "chat-emits-failing-call-sse": chat_row([USER], 200, None, stream=True),
+}
+ROWS |= {name: replace(row, headers=row.headers | BAD_CALL) for name, row in CHAT_EMITTING.items()}
 
 
 def cases(front: str) -> list[Any]:

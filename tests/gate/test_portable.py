@@ -8,6 +8,7 @@ import pytest
 
 from proxy.gate import items, portable
 from proxy.gate.caches import GateCaches
+from proxy.gate.call_limits import CallLimits
 from proxy.gate.host import check_call
 from proxy.gate.policy import Policy
 from proxy.gate.records import failure_record
@@ -394,3 +395,20 @@ def test_the_host_check_says_so_too() -> None:
         "not_portable",
         [{"path": "/name", "reason": "pattern", "expected": "^[a-zA-Z0-9_-]+$"}],
     )
+
+
+def test_an_apis_own_limits_are_not_portable_and_never_taken_from_the_cache() -> None:
+    """A call that passed under the spec's limits alone (remembered as passing) is judged again
+    under an API's own: OpenAI Chat's 40-character call id."""
+    limits = CallLimits(max_call_id=40)
+    body = request(call(ID_64), output(ID_64))
+    policy = Policy()
+    caches = GateCaches.for_policy(policy)
+
+    assert inspect(body, policy, caches=caches).findings == ()
+    [finding] = inspect(body, policy, caches=caches, limits=limits).findings
+    assert (finding.reason, finding.item_type) == ("not_portable", "function_call")
+    assert [v.as_dict() for v in finding.fail] == [
+        {"path": "/call_id", "reason": "maxLength", "expected": 40}
+    ]
+    assert inspect(request(call("c" * 40), output("c" * 40)), policy, limits=limits).findings == ()

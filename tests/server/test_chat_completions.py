@@ -108,6 +108,7 @@ FAILING = [
 ]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize(("messages", "reason", "param"), FAILING)
 async def test_each_reason_blocks_with_the_chat_error(
     chat_upstream: RecordingUpstream,
@@ -117,11 +118,14 @@ async def test_each_reason_blocks_with_the_chat_error(
     messages: list[Any],
     reason: str,
     param: str,
+    stream: bool,
 ) -> None:
     client = client_for(await start_proxy(chat_upstream.url))
 
     with pytest.raises(openai.BadRequestError) as raised:
-        await client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+        await client.chat.completions.create(
+            model=MODEL, messages=messages, tools=TOOLS, stream=stream
+        )
 
     assert raised.value.code == "replay_rejected"
     assert raised.value.param == param
@@ -227,6 +231,7 @@ RECORD = {
         pytest.param("log", "logged=1", MARS, id="log-forwards"),
     ],
 )
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_actions_in_chat_terms_reach_a_strict_upstream(
     strict: StrictChat,
     start_proxy: ProxyFactory,
@@ -235,15 +240,25 @@ async def test_actions_in_chat_terms_reach_a_strict_upstream(
     action: str,
     header: str,
     sent: list[Any],
+    stream: bool,
 ) -> None:
     client = client_for(await start_proxy(strict.url, gate={"action": action}))
 
-    raw = await client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=MARS, tools=TOOLS
-    )
+    answer: str | None
+    if stream:
+        async with client.chat.completions.with_streaming_response.create(
+            model=MODEL, messages=MARS, tools=TOOLS, stream=True
+        ) as streamed:
+            headers = streamed.headers
+            pieces = [c.choices[0].delta.content async for c in await streamed.parse()]
+        answer = "".join(p for p in pieces if p)
+    else:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=MARS, tools=TOOLS
+        )
+        headers, answer = raw.headers, raw.parse().choices[0].message.content
 
-    assert raw.headers["x-replay-gate"] == header
-    answer = raw.parse().choices[0].message.content
+    assert headers["x-replay-gate"] == header
     assert answer == f"tool said: {sent[-1]['content']}"
     [got] = strict.requests
     assert got["messages"] == sent
@@ -281,3 +296,40 @@ async def test_the_strict_upstream_refuses_what_strip_avoids(strict: StrictChat)
     assert strict_chat.refusal([USER, calls(entry("c1")), USER]) is not None
     assert strict_chat.refusal([USER, {"role": "assistant", "tool_calls": []}]) is not None
     assert strict_chat.refusal([USER, calls(entry("c1")), tool("c1")]) is None
+
+
+@pytest.mark.parametrize(
+    ("vendor", "length", "status"),
+    [
+        pytest.param("openai", 41, 400, id="openai-refuses-41"),
+        pytest.param("openai", 40, 200, id="openai-takes-40"),
+        pytest.param(None, 64, 200, id="no-vendor-takes-64"),
+        pytest.param("acme", 41, 200, id="another-vendor-takes-41"),
+    ],
+)
+async def test_not_portable_speaks_the_chat_limits_of_the_upstreams_vendor(
+    chat_upstream: RecordingUpstream,
+    start_routed: ProxyFactory,
+    client_for: Clients,
+    vendor: str | None,
+    length: int,
+    status: int,
+) -> None:
+    upstream = {"url": chat_upstream.url} | ({"vendor": vendor} if vendor else {})
+    client = client_for(await start_routed(upstreams={"up": upstream}, routes=[{"upstream": "up"}]))
+    call_id = "c" * length
+    messages: list[Any] = [USER, calls(entry(call_id)), tool(call_id)]
+
+    if status == 200:
+        await client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+        [got] = chat_upstream.received
+        assert got.json()["messages"] == messages
+        return
+    with pytest.raises(openai.BadRequestError) as raised:
+        await client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+    body = raised.value.body
+    assert isinstance(body, dict)
+    [found] = body["findings"]
+    assert (found["reason"], found["param"]) == ("not_portable", "messages[2]")
+    assert found["fail"] == [{"path": "/call_id", "reason": "maxLength", "expected": 40}]
+    assert chat_upstream.received == []

@@ -393,6 +393,9 @@ UPGRADE = {
         pytest.param(b"/v1/responses#x", 400, "invalid_request_target", id="fragment"),
         pytest.param(b"/V1/Responses%zz", 400, "invalid_request_target", id="bad-escape"),
         pytest.param(b"/%2D/x", 404, "not_found", id="namespace"),
+        # Chat Completions has no WebSocket mode: nothing of it goes upstream.
+        pytest.param(b"/v1/chat/completions", 400, "websocket_not_supported", id="chat"),
+        pytest.param(b"/Chat/Completions/", 400, "websocket_not_supported", id="chat-spelled"),
     ],
 )
 async def test_a_websocket_upgrade_is_refused_like_any_request(

@@ -2,7 +2,7 @@
 real provider: a `role: "tool"` message must answer a `tool_calls` entry of an earlier assistant
 message in the same request, every such entry must be answered before the next non-tool message,
 and `tool_calls` may not be empty. Otherwise it answers one assistant message: `tool said:
-<the last tool message's content>`, or `echo: <the last user text>`.
+<the last tool message's content>`, or `echo: <the last user text>` (streamed when asked).
 
 Everything it was sent is kept (`requests`) for tests to assert on.
 """
@@ -10,6 +10,7 @@ Everything it was sent is kept (`requests`) for tests to assert on.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.servers.loopback import serving
+from tests.servers.recording import Handler, Received
 
 
 def refusal(messages: list[Any]) -> str | None:
@@ -82,7 +84,13 @@ class StrictChat:
             text = f"tool said: {tools[-1].get('content')}"
         else:
             text = f"echo: {users[-1].get('content') if users else ''}"
-        return web.json_response(completion(text))
+        if not body.get("stream"):
+            return web.json_response(completion(text))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(stream_of(completion(text)))
+        await response.write_eof()
+        return response
 
 
 @contextlib.asynccontextmanager
@@ -92,3 +100,71 @@ async def serve() -> AsyncIterator[StrictChat]:
     app.router.add_post("/v1/chat/completions", upstream.handle)
     async with serving(app) as upstream.url:
         yield upstream
+
+
+def tool_completion(
+    *calls: dict[str, Any], finish_reason: str = "tool_calls", completion_id: str = "chatcmpl-2"
+) -> dict[str, Any]:
+    """A completion whose one choice makes these `tool_calls` and ends with `finish_reason`."""
+    message = {"role": "assistant", "content": None, "tool_calls": list(calls)}
+    return {
+        **completion(""),
+        "id": completion_id,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    }
+
+
+def stream_of(answer: dict[str, Any]) -> bytes:
+    """The SSE stream of a completion as OpenAI sends it: a role chunk, then each call's
+    fragments by `index` (its id, type and name first, its arguments in two pieces), then the
+    choice's end, then `data: [DONE]`."""
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        data = {
+            "id": answer["id"],
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": answer["model"],
+            "choices": [choice],
+        }
+        return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+    [choice] = answer["choices"]
+    parts = [chunk({"role": "assistant", "content": None})]
+    if choice["message"].get("content"):
+        parts.append(chunk({"content": choice["message"]["content"]}))
+    for i, call in enumerate(choice["message"].get("tool_calls") or ()):
+        function = call["function"]
+        head = {"name": function["name"], "arguments": ""}
+        parts.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": i, "id": call["id"], "type": call["type"], "function": head}
+                    ]
+                }
+            )
+        )
+        arguments = function["arguments"]
+        half = len(arguments) // 2
+        for piece in (arguments[:half], arguments[half:]):
+            parts.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+    parts.append(chunk({}, choice["finish_reason"]))
+    parts.append(b"data: [DONE]\n\n")
+    return b"".join(parts)
+
+
+def answering(answer: dict[str, Any]) -> Handler:
+    """A recording upstream's handler: `answer` as JSON, or as its stream when asked for one."""
+
+    async def handle(request: web.Request, received: Received) -> web.StreamResponse:
+        if not received.json().get("stream"):
+            return web.json_response(answer)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(stream_of(answer))
+        await response.write_eof()
+        return response
+
+    return handle
