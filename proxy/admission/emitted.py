@@ -3,8 +3,8 @@
 The tap hands over each response it recorded (the objects it parsed for the ledger, never
 parsed again); once the answer has gone to the client, `EmittedChecks.start` judges their
 function_calls, off the relay's path (in a task when a schema must be compiled first). Every
-call is counted (`replay_proxy_emitted_calls_total{tool,verdict}`); a response with a failing
-call gets one audit record, `event: emitted_call_rejected`.
+call is counted (`replay_proxy_emitted_calls_total{tool,verdict,dialect}`); a response with a
+failing call gets one audit record, `event: emitted_call_rejected`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from proxy.admission.routing import RouteCaches
 from proxy.gate.arguments import compile_schemas
 from proxy.gate.caches import GateCaches
-from proxy.gate.emitted import Emitted, ToolSchemas, emitted_calls, iter_emitted, listed_tools
+from proxy.gate.emitted import ToolSchemas, emitted_calls, iter_emitted, listed_tools
 from proxy.gate.policy import Policy
 from proxy.gate.schemas import LRU
 from proxy.gate.verdict import Bounds
@@ -212,14 +212,16 @@ class EmittedChecks:
             )
             self.audit_log.append(entry)
         # Counted once the record is written: a count seen means its record is there.
+        dialect = (answered.relayed or relayed).dialect
         for emitted in judged:
-            self.metrics.emitted_calls.labels(self._label(emitted), emitted.verdict).inc()
+            self.count(emitted.name, emitted.verdict, dialect, known=emitted.known_tool)
 
-    def _label(self, emitted: Emitted) -> str:
-        """The call's tool as a label: a name with a schema, bounded in number."""
-        return self.tool_label(emitted.name, known=emitted.known_tool)
+    def count(self, name: str | None, verdict: str, dialect: str, *, known: bool) -> None:
+        """One emitted call (or MCP result) checked: `replay_proxy_emitted_calls_total`."""
+        label = self._tool_label(name, known=known)
+        self.metrics.emitted_calls.labels(label, verdict, dialect).inc()
 
-    def tool_label(self, name: str | None, *, known: bool) -> str:
+    def _tool_label(self, name: str | None, *, known: bool) -> str:
         """A tool's name as a label (`known`: a schema is known for it), bounded in number."""
         if name is None or not known or not _NAME.fullmatch(name):
             return UNKNOWN_TOOL

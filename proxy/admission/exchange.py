@@ -366,7 +366,13 @@ class Exchange:
         assert self.target is not None
         assert self.target.gated is not None
         relayed = Relayed(
-            self.request_id, "websocket", self.target.gated, self.tenant, None, self.upstream
+            self.request_id,
+            "websocket",
+            self.target.gated,
+            self.tenant,
+            None,
+            self.upstream,
+            self.dialect,
         )
         self.tap = ResponseTap(
             self.services.ledger,
@@ -497,6 +503,7 @@ class Exchange:
             request.tenant,
             request.raw,
             self.upstream,
+            self.dialect,
         )
         return Recording(
             self.services.ledger,
@@ -578,7 +585,13 @@ class Exchange:
         session = tap.session
         services = self.services
         relayed = Relayed(
-            self.request_id, "mcp", session.path, self.tenant, session.raw, self.upstream
+            self.request_id,
+            "mcp",
+            session.path,
+            self.tenant,
+            session.raw,
+            self.upstream,
+            self.dialect,
         )
         check_results(
             tap,

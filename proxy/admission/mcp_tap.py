@@ -190,4 +190,4 @@ def check_results(
             entry["event"] = RESULT_REJECTED
             entry["server"], entry["session"] = session.server, session.session
             audit_log.append(entry)
-        emitted.metrics.emitted_calls.labels(emitted.tool_label(name, known=True), verdict).inc()
+        emitted.count(name, verdict, relayed.dialect, known=True)

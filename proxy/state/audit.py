@@ -93,6 +93,7 @@ class Relayed:
     tenant: str | None
     raw: bytes | None = None
     upstream: str | None = None  # the name of the upstream that answered
+    dialect: str = "-"  # the API it spoke: the metrics' `dialect` label
 
 
 def emitted_record(

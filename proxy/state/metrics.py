@@ -229,9 +229,10 @@ class Metrics:
         self.emitted_calls = Counter(
             "replay_proxy_emitted_calls",
             "Function calls the upstream emitted on the gated routes, checked after the answer "
-            "was relayed (door 2): `verdict` is `ok` or the reason it fails; `tool` is "
-            "`(unknown)` with no schema known, `(other)` past 256 names.",
-            ["tool", "verdict"],
+            "was relayed (door 2), and an MCP tool's results: `verdict` is `ok` or the reason "
+            "it fails; `tool` is `(unknown)` with no schema known, `(other)` past 256 names; "
+            "`dialect` is `responses`, `chat` or `mcp`.",
+            ["tool", "verdict", "dialect"],
             registry=self.registry,
         )
         self.workers_missing = Gauge(

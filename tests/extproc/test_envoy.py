@@ -275,7 +275,11 @@ async def test_envoy_answers_as_serve_answers(
         assert len(by_envoy.audited) == (said is not None)
 
 
-TOOL_FAILED = (("tool", "get_latest_sales_report"), ("verdict", "arguments_schema"))
+TOOL_FAILED = (
+    ("dialect", "responses"),
+    ("tool", "get_latest_sales_report"),
+    ("verdict", "arguments_schema"),
+)
 
 
 async def test_blocked_through_envoy_is_audited_as_extproc(

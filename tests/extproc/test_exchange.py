@@ -464,7 +464,11 @@ async def test_the_calls_of_an_answer_cut_short_are_checked(front: Front, tmp_pa
 
     exchange.close()
     await front.emitted.wait()
-    labels = {"tool": "get_latest_sales_report", "verdict": "arguments_schema"}
+    labels = {
+        "tool": "get_latest_sales_report",
+        "verdict": "arguments_schema",
+        "dialect": "responses",
+    }
     counted = front.metrics.registry.get_sample_value("replay_proxy_emitted_calls_total", labels)
     assert counted == 1
     [record] = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]

@@ -130,8 +130,8 @@ async def test_door_2_checks_the_emitted_tool_calls_once_relayed(
     # The answer goes by as it came: door 2 only watches.
     assert status == 200
     assert got == (stream_of(answer) if stream else json.dumps(answer).encode())
-    assert await counted(http, base, 1, tool=SALES, verdict="arguments_schema") == 1
-    assert await counted(http, base, 1, tool=SALES, verdict="ok") == 1
+    assert await counted(http, base, 1, "chat", tool=SALES, verdict="arguments_schema") == 1
+    assert await counted(http, base, 1, "chat", tool=SALES, verdict="ok") == 1
     [record] = audit_records(tmp_path)
     assert record["event"] == "emitted_call_rejected"
     assert (record["path"], record["response_id"], record["model"]) == (CHAT, "chatcmpl-2", MODEL)

@@ -161,11 +161,17 @@ async def canned() -> AsyncIterator[CannedUpstream]:
 
 
 async def counted(
-    client: aiohttp.ClientSession, base: str, calls: int, **labels: str
+    client: aiohttp.ClientSession,
+    base: str,
+    calls: int,
+    dialect: str = "responses",
+    **labels: str,
 ) -> float | None:
-    """The emitted-call count with these labels, once it reaches `calls` or the hang guard is
-    up: the check runs after the answer went out, so the client may have it first. The count
-    is made after the record is written, so a record is there once its count is."""
+    """The emitted-call count with these labels (of a `dialect` body's answers), once it
+    reaches `calls` or the hang guard is up: the check runs after the answer went out, so the
+    client may have it first. The count is made after the record is written, so a record is
+    there once its count is."""
+    labels["dialect"] = dialect
     found = None
     for _ in range(int(HANG_GUARD_S / POLL_S)):
         found = metric(await scrape(client, base), EMITTED, **labels)
