@@ -128,7 +128,7 @@ class RouteCaches:
         limits = config.limits
         self.prefixes = Prefixes(limits.max_prefix_bytes, limits.max_prefix_sessions)
         self._policies: list[tuple[Policy, GateCaches]] = [(config.gate, self.default)]
-        for route in config.routing:
+        for route in (*config.routing, *config.mcp_routes.values()):
             if not any(route.gate == policy for policy, _ in self._policies):
                 self._policies.append((route.gate, GateCaches.for_policy(route.gate)))
 

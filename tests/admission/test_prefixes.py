@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.admission import body, pipeline, prefixes
+from proxy.admission.dialect import OpenResponses
 from proxy.admission.routing import RouteCaches
 from proxy.config import Config
 from proxy.running.config_file import parse_config
@@ -257,7 +258,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         sizes.append(len(decoded))
         return parse(decoded)
 
-    monkeypatch.setattr(body, "parse", counted)
+    monkeypatch.setattr(OpenResponses, "parse", staticmethod(counted))
     return sizes
 
 
