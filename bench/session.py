@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -55,6 +56,20 @@ class Client:
     def __init__(self, port: int, name: str) -> None:
         self.name = name
         self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+
+    def held(self) -> tuple[float, float] | None:
+        """The stateless sessions replay-proxy holds a body of, and the bytes they hold
+        (`/-/metrics`); None from a server that has no such gauges."""
+        self.connection.request("GET", "/-/metrics")
+        answer = self.connection.getresponse()
+        text = answer.read().decode()
+        found = {
+            name: float(value)
+            for name, value in re.findall(r"(?m)^replay_proxy_prefix_(\w+) (\S+)$", text)
+        }
+        if answer.status != 200 or "sessions" not in found:
+            return None
+        return found["sessions"], found["bytes"]
 
     def post(self, data: bytes, extra: dict[str, str] | None = None) -> bytes:
         self.connection.request("POST", PATH, data, HEADERS | (extra or {}))
@@ -145,6 +160,7 @@ def main() -> int:
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     results: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+    held: dict[str, tuple[float, float] | None] = {}
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-session-")))
         log = stack.enter_context((tmp / "servers.log").open("wb"))
@@ -154,12 +170,22 @@ def main() -> int:
             with counted_server(name, argv, tmp, log, env) as server:
                 client = Client(server.server.port, name)
                 warm_up(client)
-                results[name] = (
-                    run_stateless(server, client, turns, marks, args.keep),
-                    run_chained(server, client, turns, chained_marks),
-                )
+                stateless = run_stateless(server, client, turns, marks, args.keep)
+                # Read after the stateless session (the warm-up's is held too): what the proxy
+                # holds to recognise a session's prefix.
+                held[name] = client.held() if name not in (PASS, FLOOR) else None
+                results[name] = (stateless, run_chained(server, client, turns, chained_marks))
                 client.connection.close()
     report(results, turns, marks, chained_marks)
+    for name, found in held.items():
+        if found is not None:
+            sessions, size = found
+            per = size / sessions if sessions else 0.0
+            print(  # noqa: T201
+                f"\n{name} holds {sessions:.0f} stateless session(s) after the session, "
+                f"{size / 1e3:,.1f} kB in all ({per / 1e3:,.1f} kB per session; bounded by "
+                "limits.max_prefix_bytes per session and limits.max_prefix_sessions)."
+            )
     return 0
 
 

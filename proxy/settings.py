@@ -315,12 +315,21 @@ class Limits:
     # what is left out is counted. So a small request cannot make a large answer.
     max_findings: int = 100
     max_violations: int = 20
+    # A stateless session re-sends its history every turn: the last body the gate passed clean
+    # is held (per tenant and gated path), and a body that extends it byte for byte is read and
+    # judged only past it. At most this many bytes per session (a longer body is read in full;
+    # 0 holds none), and this many sessions (the least recently matched dropped first).
+    max_prefix_bytes: int = 2 * 1024 * 1024
+    max_prefix_sessions: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_findings", "max_violations"):
+        for name in ("max_body_bytes", "max_findings", "max_violations", "max_prefix_sessions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {value!r} is not a positive integer")
+        held = self.max_prefix_bytes
+        if isinstance(held, bool) or not isinstance(held, int) or held < 0:
+            raise ValueError(f"max_prefix_bytes: {held!r} is not a non-negative integer")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from proxy.admission import body, routing
+from proxy.admission import body, prefixes, routing
 from proxy.admission.dialect import OPEN_RESPONSES, Dialect, View, whole_input
 from proxy.admission.routing import RouteCaches, Routed, bounds_of
 from proxy.admission.tenants import ledger_key
@@ -33,7 +33,7 @@ from proxy.gate.verdict import Bounds, Verdict, inspect, over_limit, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger, LedgerFault
-from proxy.state.ledger_view import LedgerView
+from proxy.state.ledger_view import LedgerView, Wanted
 from proxy.state.metrics import Metrics
 from proxy.state.recording import COMPACTION, NO_CONTEXT, Context, kept
 from proxy.state.recording import tools_key as tools_key_of
@@ -150,12 +150,18 @@ async def admit(
     started = time.perf_counter() if request.started is None else request.started
     dialect = request.dialect
     label = "websocket" if request.transport == "websocket" else dialect.paths[request.path]
+    sessions = caches.prefixes if isinstance(caches, RouteCaches) else None
     try:
         if request.content_type is not None:
             body.check_content_type(request.content_type)
         applied = body.codings(request.content_encoding)
         raw = request.raw
         decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
+        if sessions is not None and sessions.enabled and isinstance(caches, RouteCaches):
+            # A session's history passed already: only what follows it is read and judged.
+            shortcut = await _shortcut(request, config, decoded, caches, metrics, started)
+            if shortcut is not None:
+                return shortcut
         parsed = dialect.parse(decoded)
         routed = _route(request, config, parsed)
     except ProxyError as exc:
@@ -226,21 +232,141 @@ async def admit(
         )
         if config.ledger.whole_items and dialect.continues:
             recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
+    if (
+        sessions is not None
+        and sessions.enabled
+        and outcome is Outcome.FORWARD
+        and not verdict.findings
+        and not changed
+        and view is None
+        and not config.ledger.whole_items
+    ):
+        _remember(request, sessions, decoded, parsed, seen, recorded, routed)
     return Forward(
         data,
         _DECODED,
         MappingProxyType({"x-replay-gate": header}) if header else _NO_HEADERS,
         outcome,
-        # A WebSocket frame of another type (the spec defaults it to `response.create`) makes
-        # no response: the relay must not wait for one to record with this context.
-        dialect.records
-        and (request.transport != "websocket" or parsed.get("type") in (None, "response.create")),
+        _makes_response(request, parsed),
         recorded,
         findings=verdict.findings,
         upstream=upstream,
         policy=policy,
         bounds=bounds,
     )
+
+
+def _makes_response(request: Request, fields: Mapping[str, Any]) -> bool:
+    """Whether the answer is a response the ledger records. A WebSocket frame of another type
+    (the spec defaults it to `response.create`) makes none: the relay must not wait for one to
+    record with this context."""
+    return request.dialect.records and (
+        request.transport != "websocket" or fields.get("type") in (None, "response.create")
+    )
+
+
+async def _shortcut(
+    request: Request,
+    config: Config,
+    decoded: bytes,
+    caches: RouteCaches,
+    metrics: Metrics,
+    started: float,
+) -> Forward | None:
+    """What to forward when `decoded` extends a body of its session that passed clean (see
+    `prefixes`): its new items read strictly and judged with the body's other members, which
+    are those already read. None, to read it in full, whenever that judgement could differ from
+    the full one's: a new item paired or told apart by an id of the prefix's, of a kind whose
+    verdict reaches across the body, or with a finding; another route; the ledger asked."""
+    dialect = request.dialect
+    key = prefixes.ITEMS_KEY.get(dialect)
+    if key is None or config.ledger.whole_items:
+        return None
+    tenant = ledger_key(request.tenant)
+    found = caches.prefixes.match(tenant, request.path, decoded)
+    if found is None:
+        return None
+    try:
+        new = body.loads(found.new)
+        verified = found.verified
+        fields = verified.fields
+        extended = {**fields, key: new}
+        routed = _route(request, config, extended)
+    except ProxyError:
+        return None  # read in full, for the precise answer
+    if not isinstance(new, list) or (found.grew and not new):
+        return None
+    policy = routed.policy
+    if routed.upstream != verified.upstream or policy is not verified.policy or routed.model:
+        return None
+    seen = dialect.view(extended)
+    shown = seen.body.get("input")
+    keys = prefixes.keys_of(shown if isinstance(shown, list) else ())
+    if keys is None or not keys.isdisjoint(verified.keys):
+        return None
+    if Wanted.of(seen.body, provenance=policy.require_provenance) is not None:
+        return None
+    bounds = caches.bounds
+    judged = await _inspect(seen.body, policy, None, metrics, caches.of(policy), bounds)
+    if judged.findings or judged.outcome is not Outcome.FORWARD:
+        return None
+    recorded = NO_CONTEXT
+    if dialect.records:
+        compacts = dialect.compacts(request.path)
+        recorded = context_of(extended, judged, None, compacts=compacts, dialect=dialect)
+        if verified.calls:
+            recorded = replace(recorded, items=(*verified.calls, *recorded.items))
+    held = prefixes.Verified(
+        decoded,
+        found.cut,
+        found.end,
+        fields,
+        verified.keys | keys,
+        recorded.items,
+        routed.upstream,
+        policy,
+    )
+    caches.prefixes.remember(tenant, request.path, held, found.serial)
+    metrics.gate_seconds.observe(time.perf_counter() - started)
+    return Forward(
+        decoded,
+        _DECODED,
+        _NO_HEADERS,
+        Outcome.FORWARD,
+        _makes_response(request, fields),
+        recorded,
+        upstream=routed.upstream,
+        policy=policy,
+        bounds=bounds,
+    )
+
+
+def _remember(
+    request: Request,
+    held: prefixes.Prefixes,
+    decoded: bytes,
+    parsed: Mapping[str, Any],
+    seen: View,
+    recorded: Context,
+    routed: Routed,
+) -> None:
+    """Hold a body read in full that passed clean, for the next turn of its session to extend;
+    not one whose items reach across the body, or that is too short to be worth it."""
+    key = prefixes.ITEMS_KEY.get(request.dialect)
+    if key is None or len(decoded) <= prefixes.ANCHOR or not isinstance(parsed.get(key), list):
+        return
+    shown = seen.body.get("input")
+    keys = prefixes.keys_of(shown if isinstance(shown, list) else ())
+    if keys is None:
+        return
+    located = prefixes.locate(decoded, key)
+    if located is None:
+        return
+    fields = {k: v for k, v in parsed.items() if k != key}
+    verified = prefixes.Verified(
+        decoded, *located, fields, keys, recorded.items, routed.upstream, routed.policy
+    )
+    held.remember(ledger_key(request.tenant), request.path, verified, None)
 
 
 async def _continued(

@@ -14,6 +14,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from proxy.admission import targets
+from proxy.admission.prefixes import Prefixes
 from proxy.config import Config, Route
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
@@ -123,6 +124,9 @@ class RouteCaches:
         # read for its route (once per config, not on every request).
         self.match_headers = any(route.header is not None for route in config.routing)
         self.default = GateCaches.for_policy(config.gate)
+        # The bodies of live sessions passed clean under this config (its gate and routes).
+        limits = config.limits
+        self.prefixes = Prefixes(limits.max_prefix_bytes, limits.max_prefix_sessions)
         self._policies: list[tuple[Policy, GateCaches]] = [(config.gate, self.default)]
         for route in (*config.routing, *config.mcp_routes.values()):
             if not any(route.gate == policy for policy, _ in self._policies):

@@ -194,6 +194,8 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
                 "body_timeout_s": _SECONDS,
                 "max_findings": {"type": "integer", "minimum": 1},
                 "max_violations": {"type": "integer", "minimum": 1},
+                "max_prefix_bytes": {"type": "integer", "minimum": 0},
+                "max_prefix_sessions": {"type": "integer", "minimum": 1},
             }
         ),
         "admin": _object(
@@ -322,6 +324,10 @@ MEANINGS: dict[str, str] = {
     "(the rest counted)",
     "limits.max_violations": "fail entries listed per finding and failure record (the rest "
     "counted)",
+    "limits.max_prefix_bytes": "the bytes held per stateless session so that a body re-sending "
+    "its history is judged only past the part already passed (0: every body read in full)",
+    "limits.max_prefix_sessions": "how many such sessions are held (least recently matched "
+    "dropped first)",
     "admin.listen.host": "set: the admin endpoints (/-/...) are served here only, without a key",
     "admin.listen.port": "the port of admin.listen (0 = any free port, logged at start)",
     "log.format": "the log on stderr: text (for people) | json (one object a line, for shippers)",

@@ -101,6 +101,15 @@ DETAILS: dict[str, str] = {
     "event; the rest are counted in `findings_omitted`",
     "limits.max_violations": "`fail` entries listed per finding and per failure record; the "
     "rest are counted in `fail_omitted`",
+    "limits.max_prefix_bytes": "a stateless client re-sends its whole history every turn: the "
+    "last body of a session the gate passed clean (no finding, no ledger read) is held, and a "
+    "body of the same tenant and path that begins with it byte for byte up to its last item, "
+    "and ends with the same members after its items, has only its new items parsed and "
+    "judged (see [Performance](performance.md)). At most this many bytes held per session: a "
+    "longer body is always read in full; `0` holds none",
+    "limits.max_prefix_sessions": "how many such sessions are held at once (each at most "
+    "`limits.max_prefix_bytes`), the least recently matched dropped first; the bytes held are "
+    "the gauge `replay_proxy_prefix_bytes`",
     "admin.listen.host": "set (with `admin.listen.port`; the host is then `127.0.0.1` unless "
     "given): the admin endpoints (`/-/…`) are served on this listener only, without a key (see "
     "[Admin endpoints](operations.md#admin-endpoints)); a restart takes a change",

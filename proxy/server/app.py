@@ -255,7 +255,11 @@ async def metrics(request: web.Request) -> web.Response:
     books = app[METRICS]
     # The gauges of what is held now, read when asked (in multiprocess mode, a gauge is what
     # its worker last set: there is no reading another worker's memory).
-    books.verdict_cache.set(len(app[IN_FORCE].current.caches))
+    caches = app[IN_FORCE].current.caches
+    books.verdict_cache.set(len(caches))
+    held = caches.prefixes.held()
+    books.prefix_sessions.set(len(held))
+    books.prefix_bytes.set(sum(held))
     # Readiness too, so that a Prometheus sees it where nothing probes /-/ready (its network
     # checks are cached and bounded in time: a scrape adds a connect every few seconds at most).
     await admin.check_readiness(app)

@@ -214,6 +214,20 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=self.registry,
         )
+        self.prefix_sessions = Gauge(
+            "replay_proxy_prefix_sessions",
+            "Stateless sessions whose last clean body is held, so that the next turn is read and "
+            "judged only past it (`limits.max_prefix_sessions`).",
+            multiprocess_mode="livesum",
+            registry=self.registry,
+        )
+        self.prefix_bytes = Gauge(
+            "replay_proxy_prefix_bytes",
+            "The bytes those sessions hold: their bodies and call ids (each at most "
+            "`limits.max_prefix_bytes`).",
+            multiprocess_mode="livesum",
+            registry=self.registry,
+        )
         self.reloads = Counter(
             "replay_proxy_config_reloads",
             "Config reloads (SIGHUP), by `result`: `applied` or `rejected`.",
