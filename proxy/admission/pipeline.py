@@ -307,7 +307,8 @@ async def _shortcut(
     if Wanted.of(seen.body, provenance=policy.require_provenance) is not None:
         return None
     bounds = caches.bounds
-    judged = await _inspect(seen.body, policy, None, metrics, caches.of(policy), bounds)
+    limits = dialect.call_limits(policy.vendor)
+    judged = await _inspect(seen.body, policy, None, metrics, caches.of(policy), bounds, limits)
     if judged.findings or judged.outcome is not Outcome.FORWARD:
         return None
     recorded = NO_CONTEXT
