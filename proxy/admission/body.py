@@ -148,15 +148,23 @@ def loads(decoded: bytes) -> Any:
     it reads as infinity: a walk over the value looks for one. Whatever it refuses is read
     again exactly, for the precise reason or for a value only jiter refuses.
     """
+    value = loads_shallow(decoded)
+    # (None too for a body that is `null`: read again, it is read as what it is.)
+    return exact(decoded) if value is None else value
+
+
+def loads_shallow(decoded: bytes) -> Any:
+    """Strict JSON as `loads` reads it, or None where `loads` would need its exact second read
+    (a refusal, nesting past jiter's 200 levels, a number past a double): what a part of a
+    body may be read as alone, since read alone it is nested less deeply than in its body,
+    and only a read of the whole body says what that body is."""
     try:
         value = jiter.from_json(
             decoded, allow_inf_nan=False, catch_duplicate_keys=True, cache_mode="keys"
         )
     except ValueError:
-        return exact(decoded)
-    if _has_infinity(value):
-        return exact(decoded)
-    return value
+        return None
+    return None if _has_infinity(value) else value
 
 
 def _has_infinity(value: Any) -> bool:

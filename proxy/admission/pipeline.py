@@ -286,8 +286,12 @@ async def _shortcut(
     found = caches.prefixes.match(tenant, request.path, decoded)
     if found is None:
         return None
+    # Read alone, the new items are nested a level less than in the body: only what jiter
+    # reads at once is taken (within its 200 levels, wherever the whole body's limit falls).
+    new = body.loads_shallow(found.new)
+    if new is None:
+        return None
     try:
-        new = body.loads(found.new)
         verified = found.verified
         fields = verified.fields
         extended = {**fields, key: new}

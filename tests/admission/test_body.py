@@ -11,6 +11,7 @@ from typing import Any
 import brotli
 import pytest
 
+from proxy.admission import body
 from proxy.admission.body import (
     BodyError,
     check_content_type,
@@ -224,3 +225,24 @@ def test_dumps_is_compact_and_exact(value: dict[str, Any]) -> None:
     out = dumps(value)
     assert b" " not in out
     assert json.loads(out) == value
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        pytest.param(b"[" * 250 + b"]" * 250, id="past-jiters-200-levels"),
+        pytest.param(b"[1e999]", id="past-a-double"),
+        pytest.param(b'[{"a": 1, "a": 2}]', id="duplicate-key"),
+        pytest.param(b"[1] 2", id="trailing-data"),
+    ],
+)
+def test_a_part_of_a_body_is_read_alone_only_where_no_second_read_is_needed(doc: bytes) -> None:
+    # Read alone, a body's items are nested a level less than in it: a part is taken only
+    # where jiter reads it at once, never where the exact reader would have to decide.
+    assert body.loads_shallow(doc) is None
+
+
+def test_what_jiter_reads_at_once_is_read_alike_alone() -> None:
+    doc = b'[{"type": "message", "n": 123456789012345678901234567890}]'
+    assert body.loads_shallow(doc) == body.loads(doc)
+    assert body.loads(b"null") is None
