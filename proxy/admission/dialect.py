@@ -148,3 +148,18 @@ def dialect_of(path: str) -> Dialect:
 def whole_input(dialect: Dialect, parsed: Mapping[str, Any], verdict: Verdict) -> list[Any]:
     """The input items as they go upstream, whole: the gate's when it changed them."""
     return list(verdict.input) if verdict.input is not None else list(dialect.input_items(parsed))
+
+
+# The name each dialect goes by where a record or a report names it.
+# TODO(dialect label): once each Dialect has the `label` of the metrics' `dialect` label, these
+# are those labels: read `dialect_of(path).label` instead.
+_LABELS: Mapping[str, str] = {
+    **dict.fromkeys(OPEN_RESPONSES.paths, "responses"),
+    **dict.fromkeys(CHAT_COMPLETIONS.paths, "chat"),
+}
+
+
+def label_of(path: Any) -> str | None:
+    """The dialect a canonical gated path (an audit record's `path`) is spoken in:
+    `responses` or `chat`; None for a path no dialect gates."""
+    return _LABELS.get(path) if isinstance(path, str) else None
