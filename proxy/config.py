@@ -19,6 +19,7 @@ from proxy.settings import (
     Limits,
     Listen,
     Log,
+    Mcp,
     ReadinessSettings,
     TracingSettings,
     UpstreamSettings,
@@ -26,6 +27,8 @@ from proxy.settings import (
 
 # The one upstream of the single `upstream:` form, by name (audit records, metrics, the ledger).
 DEFAULT_UPSTREAM = "default"
+# The upstream an MCP server is, by its name: `mcp:<name>` (a name of `upstreams:` has no `:`).
+MCP_UPSTREAM = "mcp:"
 
 # A path prefix is plain segments: it is matched against the normalised path, which has no
 # other characters unescaped that a reading could change.
@@ -105,21 +108,49 @@ class Config:
                 )
         object.__setattr__(self, "upstream_named", named)
         object.__setattr__(self, "routing", routing)
+        servers = self.mcp.servers
+        if servers:
+            mcp_gate = replace(
+                self.gate, action=self.mcp.action, actions={}, require_provenance=False
+            )
+            mcp_routes = {name: Route(MCP_UPSTREAM + name, gate=mcp_gate) for name in servers}
+        else:
+            mcp_routes = {}
+        object.__setattr__(self, "mcp_routes", MappingProxyType(mcp_routes))
 
     extproc: Extproc = field(default_factory=Extproc)
     readiness: ReadinessSettings = field(default_factory=ReadinessSettings)
+    mcp: Mcp = field(default_factory=Mcp)
+    # Each MCP server's route, by its name: its upstream (`mcp:<name>`), and the top-level gate
+    # with `mcp.action` for every reason (a tools/call has no replayed provenance to ask for).
+    mcp_routes: Mapping[str, Route] = field(init=False, compare=False, repr=False)
+
+    @property
+    def mcp_upstreams(self) -> Mapping[str, UpstreamSettings]:
+        """The upstream of each MCP server, by its route's upstream name."""
+        return {MCP_UPSTREAM + name: s.upstream for name, s in self.mcp.servers.items()}
 
     def with_secrets(self, environ: Mapping[str, str]) -> Config:
         """The config with what it takes from the environment: each upstream's `api_key` from
         the variable its `api_key_env` names, and its `proxy` (with `trust_env`) from the proxy
         variables."""
+        config = self
+        if self.mcp.servers:
+            servers = {
+                name: replace(
+                    server,
+                    upstream=_with_secrets(server.upstream, environ, f"mcp.servers.{name}"),
+                )
+                for name, server in self.mcp.servers.items()
+            }
+            config = replace(self, mcp=replace(self.mcp, servers=servers))
         if not self.upstreams:
-            return replace(self, upstream=_with_secrets(self.upstream, environ, "upstream"))
+            return replace(config, upstream=_with_secrets(self.upstream, environ, "upstream"))
         upstreams = {
             name: _with_secrets(upstream, environ, f"upstreams.{name}")
             for name, upstream in self.upstreams.items()
         }
-        return replace(self, upstreams=upstreams)
+        return replace(config, upstreams=upstreams)
 
     def with_overrides(
         self, *, upstream: str | None = None, host: str | None = None, port: int | None = None

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -183,6 +183,32 @@ class UpstreamSettings:
                 f"client_cert: {self.client_cert!r} with client_key {self.client_key!r} is not "
                 f"a certificate and its key: {exc}"
             ) from None
+
+
+# The actions an MCP `tools/call` may take: `strip` has nothing to remove from one call.
+McpAction = Literal["rewrite", "block", "log"]
+MCP_ACTIONS: tuple[McpAction, ...] = ("rewrite", "block", "log")
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """An MCP server the proxy serves at `/mcp/<name>` (Streamable HTTP): where it is (its
+    endpoint's whole URL), the key the proxy sends it, and headers sent with every request."""
+
+    upstream: UpstreamSettings
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Mcp:
+    """The MCP servers by name, and what a `tools/call` that fails its schema gets."""
+
+    servers: Mapping[str, McpServer] = field(default_factory=dict)
+    action: McpAction = "rewrite"
+
+    def __post_init__(self) -> None:
+        if self.action not in MCP_ACTIONS:
+            raise ValueError(f"action: {self.action!r} is not one of {', '.join(MCP_ACTIONS)}")
 
 
 @dataclass(frozen=True)

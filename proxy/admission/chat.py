@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from proxy.admission import body
 from proxy.gate import items
 from proxy.gate.vocabulary import CORE
 
@@ -168,6 +169,7 @@ class ChatCompletions:
         "/v1/chat/completions": "chat_completions",
         "/chat/completions": "chat_completions",
     }
+    label = "chat"
     records = False
 
     def compacts(self, path: str) -> bool:
@@ -178,9 +180,13 @@ class ChatCompletions:
         return given if isinstance(given, list) else ()
 
     kind = staticmethod(items.kind)
+    parse = staticmethod(body.parse)
 
     def view(self, parsed: Mapping[str, Any]) -> ChatView:
         return ChatView(parsed)
+
+    def answer(self, parsed: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:
+        return None
 
     def sent(self, parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
         """The messages the verdict located (`ChatView.located`) in the body."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from proxy.admission import body
 from proxy.admission.chat import ChatCompletions
 from proxy.gate import items
 
@@ -40,6 +41,11 @@ class Dialect(Protocol):
     """One API's body, as admission reads and edits it."""
 
     @property
+    def label(self) -> str:
+        """Its name in the metrics' `dialect` label."""
+        ...
+
+    @property
     def paths(self) -> Mapping[str, str]:
         """The canonical paths it gates, each with its metrics' `route` label."""
         ...
@@ -49,8 +55,18 @@ class Dialect(Protocol):
         """Whether its answers are responses the ledger records (and door 2 checks)."""
         ...
 
+    def parse(self, decoded: bytes) -> dict[str, Any]:
+        """The body read (strict JSON); BodyError when it is not one of this API's bodies."""
+        ...
+
     def view(self, parsed: Mapping[str, Any]) -> View:
         """The body as the gate reads it."""
+        ...
+
+    def answer(self, parsed: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:
+        """The answer the proxy gives in the API's own terms instead of forwarding (an MCP
+        call refused: a tool error, a JSON-RPC error), or None: the verdict goes the usual way
+        (forwarded, or blocked with a 400)."""
         ...
 
     def compacts(self, path: str) -> bool:
@@ -86,11 +102,16 @@ class OpenResponses:
         "/responses": "responses",
         "/responses/compact": "responses_compact",
     }
+    label = "responses"
     records = True
+    parse = staticmethod(body.parse)
 
     def view(self, parsed: Mapping[str, Any]) -> View:
         # The gate's own vocabulary: read as it is, and its verdict already in the body's terms.
         return _Whole(parsed)
+
+    def answer(self, parsed: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:
+        return None
 
     def compacts(self, path: str) -> bool:
         return self.paths.get(path) == "responses_compact"
@@ -131,6 +152,8 @@ class _Whole:
         return verdict
 
 
+# The metrics' `dialect` of a request no dialect reads (passed through, or refused before).
+NO_DIALECT = "-"
 OPEN_RESPONSES: Dialect = OpenResponses()
 CHAT_COMPLETIONS: Dialect = ChatCompletions()
 # Every dialect the proxy speaks; a gated path belongs to exactly one.
@@ -150,16 +173,9 @@ def whole_input(dialect: Dialect, parsed: Mapping[str, Any], verdict: Verdict) -
     return list(verdict.input) if verdict.input is not None else list(dialect.input_items(parsed))
 
 
-# The name each dialect goes by where a record or a report names it.
-# TODO(dialect label): once each Dialect has the `label` of the metrics' `dialect` label, these
-# are those labels: read `dialect_of(path).label` instead.
-_LABELS: Mapping[str, str] = {
-    **dict.fromkeys(OPEN_RESPONSES.paths, "responses"),
-    **dict.fromkeys(CHAT_COMPLETIONS.paths, "chat"),
-}
-
-
 def label_of(path: Any) -> str | None:
-    """The dialect a canonical gated path (an audit record's `path`) is spoken in:
-    `responses` or `chat`; None for a path no dialect gates."""
-    return _LABELS.get(path) if isinstance(path, str) else None
+    """The `label` of the dialect a canonical gated path (an audit record's `path`) is spoken
+    in: `responses` or `chat`; None for any other path (an MCP server's too: its dialect is
+    made per server, and this module stays free of it)."""
+    found = _BY_PATH.get(path) if isinstance(path, str) else None
+    return None if found is None else found.label

@@ -207,8 +207,11 @@ class EmittedChecks:
 
     def _label(self, emitted: Emitted) -> str:
         """The call's tool as a label: a name with a schema, bounded in number."""
-        name = emitted.name
-        if name is None or not emitted.known_tool or not _NAME.fullmatch(name):
+        return self.tool_label(emitted.name, known=emitted.known_tool)
+
+    def tool_label(self, name: str | None, *, known: bool) -> str:
+        """A tool's name as a label (`known`: a schema is known for it), bounded in number."""
+        if name is None or not known or not _NAME.fullmatch(name):
             return UNKNOWN_TOOL
         if name not in self._tool_labels:
             if len(self._tool_labels) >= MAX_TOOL_LABELS:

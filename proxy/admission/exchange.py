@@ -23,11 +23,13 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from types import MappingProxyType
 
-from proxy.admission import body, pipeline, routing, targets
+from proxy.admission import body, mcp, pipeline, routing, targets
 from proxy.admission.codings import readable_accept_encoding
-from proxy.admission.dialect import dialect_of
+from proxy.admission.dialect import NO_DIALECT, OPEN_RESPONSES, Dialect, dialect_of
 from proxy.admission.emitted import EmittedCalls
 from proxy.admission.ids import new_request_id
+from proxy.admission.mcp import McpCalls
+from proxy.admission.mcp_tap import McpSession, McpTap, check_results
 from proxy.admission.pipeline import NO_UPSTREAM, Answer, Forward, Transport
 from proxy.admission.routing import RouteCaches
 from proxy.admission.services import Services
@@ -94,7 +96,7 @@ def read_target(raw_target: str, metrics: Metrics) -> targets.Target:
 def refused_target(exc: targets.TargetError, metrics: Metrics) -> ProxyError:
     """The answer to a request target `targets.read_target` could not read, counted (for a
     front that reads the target itself and has the metrics at hand only when it fails)."""
-    metrics.count(ANY_ROUTE, Outcome.INVALID_TARGET, NO_UPSTREAM)
+    metrics.count(ANY_ROUTE, Outcome.INVALID_TARGET, NO_UPSTREAM, NO_DIALECT)
     return ProxyError(400, "invalid_request_target", str(exc))
 
 
@@ -141,7 +143,9 @@ class Exchange:
         "added",
         "caches",
         "config",
+        "dialect",
         "matched",
+        "mcp",
         "outcome",
         "received",
         "recording",
@@ -176,11 +180,13 @@ class Exchange:
         self.target: targets.Target | None = None  # as forwarded (prefix removed)
         self.matched: Mapping[str, str] = _NO_HEADERS  # the headers routes match on
         self.route = ANY_ROUTE  # the metrics' route label
+        self.dialect = NO_DIALECT  # and its dialect label: the API the body speaks
         self.upstream: str | None = None  # the name of the upstream it goes to
         self.outcome: Outcome | None = None
         self.recording: Recording | None = None
-        self.tap: ResponseTap | None = None
+        self.tap: ResponseTap | McpTap | None = None
         self.added: Mapping[str, str] = _NO_HEADERS  # to the answer (`x-replay-gate`)
+        self.mcp: McpSession | None = None  # the MCP session of a request to an MCP server
         self.started = time.perf_counter()
 
     # -- the request's head ------------------------------------------------------------------
@@ -217,10 +223,7 @@ class Exchange:
         ):
             self.state = _PASSED
             return _PASS
-        try:
-            self.tenant = tenant_for(credential_of(values), self.config)
-        except ProxyError as exc:
-            raise self.refuse(exc, Outcome.UNAUTHORIZED) from None
+        self._tenant(values)
         if self.caches.match_headers:
             self.matched = routing.route_headers(routes, values)
         # Behind Envoy any upgrade to a WebSocket is refused; `serve` upgrades a GET's only.
@@ -230,6 +233,7 @@ class Exchange:
             and any(v.lower() == "websocket" for v in values("upgrade"))
         ):
             self.route = "websocket"
+            self.dialect = OPEN_RESPONSES.label
             if behind_envoy:
                 # Envoy relays a WebSocket's frames without the processor: they cannot be gated.
                 raise self.refuse(_not_gated_behind_envoy(), route="websocket")
@@ -240,6 +244,56 @@ class Exchange:
             self.state = _UPSTREAM
             return _PASS
         self.route = targets.GATED[gated]
+        self.dialect = dialect_of(gated).label
+        return self._body_expected(values)
+
+    def mcp_head(
+        self,
+        method: str,
+        server: str,
+        target: targets.Target,
+        values: HeaderValues,
+        *,
+        has_body: bool,
+    ) -> Head:
+        """The head of a request to the MCP server `server` (`/mcp/<server>`, under the
+        config's `mcp.servers`): its tenant read as any request's, its session named by its
+        `Mcp-Session-Id`; a POST's body (JSON-RPC messages) is gated, a GET (the server's
+        stream) and a DELETE (the session's end) pass, their answers watched."""
+        if self.state is not _HEAD:
+            raise self._unexpected(_HEAD)
+        route = self.config.mcp_routes[server]
+        self.received, self.target, self.route = target.path, target, mcp.ROUTE
+        self.dialect = mcp.LABEL
+        self.upstream = route.upstream
+        self._tenant(values)
+        given = values("mcp-session-id")
+        session = given[0] if given else None
+        key = (ledger_key(self.tenant), server, session or "")
+        self.mcp = McpSession(server, session, key, route)
+        if method != "POST" or not has_body:
+            self.outcome = Outcome.FORWARD
+            self.state = _UPSTREAM
+            return _PASS
+        return self._body_expected(values)
+
+    def forward_target(self) -> str:
+        """The target a request goes upstream under: an MCP server's endpoint is its URL
+        itself (only the query is added), a gated path its canonical form, else the path."""
+        assert self.target is not None
+        if self.mcp is not None:
+            return self.target.query
+        return self.target.forward
+
+    def _tenant(self, values: HeaderValues) -> None:
+        """The tenant, from the credentials: 401 without a listed key."""
+        try:
+            self.tenant = tenant_for(credential_of(values), self.config)
+        except ProxyError as exc:
+            raise self.refuse(exc, Outcome.UNAUTHORIZED) from None
+
+    def _body_expected(self, values: HeaderValues) -> Head:
+        """A gated body is expected: its type and declared size are checked first."""
         content_type = ", ".join(values("content-type"))
         declared = ", ".join(values("content-length"))
         try:
@@ -283,6 +337,7 @@ class Exchange:
         frame = Exchange(self.services, config, caches, "websocket", request_id)
         frame.tenant, frame.received, frame.matched = self.tenant, self.received, self.matched
         frame.target, frame.route, frame.state = self.target, "websocket", State.BODY
+        frame.dialect = self.dialect
         return frame
 
     def watch_turns(self) -> ResponseTap:
@@ -313,14 +368,14 @@ class Exchange:
         the frame (its id, the hash of its bytes), as a request's names the request."""
         frame.counted()
         turn = frame.recording
-        if self.tap is not None and turn is not None:
+        if isinstance(self.tap, ResponseTap) and turn is not None:
             asked = turn.emitted.relayed if turn.emitted is not None else None
             self.tap.expect(decided.context, decided.policy, decided.bounds, asked)
 
     def turns_relayed(self, gate: Policy, caches: RouteCaches) -> None:
         """A frame that may end a turn went to the client: door 2 checks the calls of the
         turns ended so far (`gate`, `caches`: of the config in force now)."""
-        if self.tap is not None:
+        if isinstance(self.tap, ResponseTap):
             self.services.emitted.relayed(self.tap.emitted, gate, caches)
 
     def accept_encoding(self, values: HeaderValues, *, gated: bool = False) -> str | None:
@@ -354,22 +409,40 @@ class Exchange:
         if len(raw) > limit:
             raise self.invalid(too_large(limit))
         assert self.target is not None
-        gated = self.target.gated
-        assert gated is not None
-        request = pipeline.Request(
-            raw,
-            gated,
-            self.transport,
-            self.request_id,
-            self.tenant,
-            None,  # checked at the head
-            content_encoding,
-            started,
-            self.received,
-            self.matched,
-            upstream,
-            dialect_of(gated),
-        )
+        session = self.mcp
+        if session is not None:
+            dialect: Dialect = McpCalls(session.server, self.services.tool_lists.tools(session.key))
+            request = pipeline.Request(
+                raw,
+                session.path,
+                "mcp",
+                self.request_id,
+                self.tenant,
+                None,  # checked at the head
+                content_encoding,
+                started,
+                dialect=dialect,
+                route=session.route,
+                server=session.server,
+                session=session.session,
+            )
+        else:
+            gated = self.target.gated
+            assert gated is not None
+            request = pipeline.Request(
+                raw,
+                gated,
+                self.transport,
+                self.request_id,
+                self.tenant,
+                None,  # checked at the head
+                content_encoding,
+                started,
+                self.received,
+                self.matched,
+                upstream,
+                dialect_of(gated),
+            )
         services = self.services
         decided = await pipeline.admit(
             request,
@@ -386,6 +459,11 @@ class Exchange:
         self.upstream = decided.upstream
         self.outcome = decided.outcome
         self.added = decided.add_headers
+        if session is not None:
+            # What the tap watches for: read again from the bytes that go (as the gate read them).
+            parsed = request.dialect.parse(decided.data)
+            assert isinstance(request.dialect, McpCalls)
+            session.asked, session.raw = request.dialect.asked(parsed), raw
         if decided.record:
             self.recording = self._recording(request, decided)
         return decided
@@ -419,14 +497,14 @@ class Exchange:
     def counted(self) -> None:
         """The request went upstream and its answer began: counted, once, under its outcome."""
         self.services.metrics.count(
-            self.route, self.outcome or Outcome.FORWARD, self.upstream or NO_UPSTREAM
+            self.route, self.outcome or Outcome.FORWARD, self.upstream or NO_UPSTREAM, self.dialect
         )
 
     def upstream_failed(self) -> None:
         """No answer could be had from the upstream."""
         self.state = _ANSWERED
         self.services.metrics.count(
-            self.route, Outcome.UPSTREAM_ERROR, self.upstream or NO_UPSTREAM
+            self.route, Outcome.UPSTREAM_ERROR, self.upstream or NO_UPSTREAM, self.dialect
         )
 
     def answer_head(
@@ -437,6 +515,16 @@ class Exchange:
         self.state = _ANSWER
         if self.recording is not None:
             self.tap = self.recording.tap(status, content_type, content_encoding, length)
+        elif self.mcp is not None and status < 300:
+            limit = self.config.limits.max_body_bytes
+            self.tap = McpTap(
+                self.services.tool_lists,
+                self.mcp,
+                content_type,
+                content_encoding,
+                limit,
+                self.request_id,
+            )
         return self.added
 
     def chunk(self, data: bytes) -> Awaitable[None]:
@@ -463,6 +551,24 @@ class Exchange:
             self.state = _DONE
         if self.recording is not None:
             self.services.emitted.relayed(self.recording.emitted, self.config.gate, self.caches)
+        elif isinstance(self.tap, McpTap) and self.tap.results:
+            self._check_results(self.tap)
+
+    def _check_results(self, tap: McpTap) -> None:
+        """Door 2 for MCP: the tool results relayed, against their outputSchema."""
+        session = tap.session
+        services = self.services
+        relayed = Relayed(
+            self.request_id, "mcp", session.path, self.tenant, session.raw, self.upstream
+        )
+        check_results(
+            tap,
+            self.caches.of(session.route.gate),
+            self.caches.bounds,
+            relayed,
+            services.audit_log,
+            services.emitted,
+        )
 
     # -- refusals ----------------------------------------------------------------------------
 
@@ -475,7 +581,7 @@ class Exchange:
     ) -> ProxyError:
         """The request is answered here with `failure`, counted under `outcome` (a head the
         front's wire refuses is refused through here too)."""
-        self.services.metrics.count(route, outcome, upstream)
+        self.services.metrics.count(route, outcome, upstream, self.dialect)
         self.state = _ANSWERED
         return failure
 

@@ -19,7 +19,7 @@ from proxy.admission import body, routing
 from proxy.admission.dialect import OPEN_RESPONSES, Dialect, View, whole_input
 from proxy.admission.routing import RouteCaches, Routed, bounds_of
 from proxy.admission.tenants import ledger_key
-from proxy.config import DEFAULT_UPSTREAM, Config
+from proxy.config import DEFAULT_UPSTREAM, Config, Route
 from proxy.gate import items
 from proxy.gate.arguments import compile_schemas, pending_schemas
 from proxy.gate.caches import GateCaches
@@ -37,8 +37,8 @@ from proxy.state.metrics import Metrics
 from proxy.state.recording import COMPACTION, NO_CONTEXT, Context, kept
 from proxy.state.recording import tools_key as tools_key_of
 
-Transport = Literal["http", "websocket", "extproc"]
-TRANSPORTS: tuple[Transport, ...] = ("http", "websocket", "extproc")
+Transport = Literal["http", "websocket", "extproc", "mcp"]
+TRANSPORTS: tuple[Transport, ...] = ("http", "websocket", "extproc", "mcp")
 
 # A gated body goes upstream decoded (exactly the bytes the gate judged), so its
 # Content-Encoding no longer applies.
@@ -81,6 +81,11 @@ class Request:
     # What the body's API is: where its items live and how the gate's edits are made in it
     # (`dialect.dialect_of` its path).
     dialect: Dialect = OPEN_RESPONSES
+    # The route the front chose itself (an MCP server's), not matched from `routes:`.
+    route: Route | None = None
+    # The MCP session the request belongs to (its server's name, its `Mcp-Session-Id`).
+    server: str | None = None
+    session: str | None = None
 
     def __post_init__(self) -> None:
         if self.path not in self.dialect.paths:
@@ -150,12 +155,12 @@ async def admit(
         applied = body.codings(request.content_encoding)
         raw = request.raw
         decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
-        parsed = body.parse(decoded)
+        parsed = dialect.parse(decoded)
         routed = _route(request, config, parsed)
     except ProxyError as exc:
         # A body that could not be read chose no upstream, whichever front it came through (a
         # WebSocket's frame too: its connection's upstream is not where it went).
-        metrics.count(label, Outcome.INVALID, NO_UPSTREAM)
+        metrics.count(label, Outcome.INVALID, NO_UPSTREAM, dialect.label)
         return answer_to(exc)
     upstream = routed.upstream
     policy = routed.policy
@@ -164,16 +169,29 @@ async def admit(
         parsed, seen, view, changed = await _continued(request, config, routed, parsed, ledger)
     except LedgerFault:
         # The proxy's fault, not the request's: a 503 the SDKs retry, never an `orphan`.
-        metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream)
+        metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream, dialect.label)
         return answer_to(LEDGER_UNAVAILABLE)
     except ProxyError as exc:
-        metrics.count(label, Outcome.INVALID, upstream)
+        metrics.count(label, Outcome.INVALID, upstream, dialect.label)
         return answer_to(exc)
     # The config's, made once with its caches (a front's are).
     bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
     judged = await _inspect(seen.body, policy, view, metrics, _caches(caches, policy), bounds)
     # In the body's own terms from here on: its findings' places, the items it sends.
     verdict = seen.located(judged)
+    own = dialect.answer(parsed, verdict)
+    if own is not None:
+        # Answered in the API's own terms (an MCP tool error or JSON-RPC error): nothing goes
+        # upstream, and the findings are audited and counted as any.
+        if verdict.findings:
+            _audit(request, asked, verdict, audit_log, metrics, upstream, policy)
+        metrics.gate_seconds.observe(time.perf_counter() - started)
+        # A rewritten call counts as a rewrite, a refused one as a block, a batch refused
+        # without a finding as a body that could not be read.
+        counted: Outcome = Outcome.REWRITE if verdict.outcome == Outcome.REWRITE else Outcome.BLOCK
+        counted = counted if verdict.findings else Outcome.INVALID
+        metrics.count(label, counted, upstream, dialect.label)
+        return Answer(200, own, _NO_HEADERS, verdict.findings)
     # What goes upstream when the gate changed the body (or the route did): at most
     # `max_body_bytes`, else blocked, before the record says what became of the request.
     # Unchanged, the body goes decoded: an upstream that ignores a request's Content-Encoding
@@ -184,7 +202,7 @@ async def admit(
         limit = config.limits.max_body_bytes
         if len(data) > limit and verdict.outcome == "forward":
             # Grown by its route alone (a conversation inlined): too large to send, as if sent.
-            metrics.count(label, Outcome.INVALID, upstream)
+            metrics.count(label, Outcome.INVALID, upstream, dialect.label)
             return answer_to(_too_large(len(data), limit))
         if len(data) > limit:
             verdict = verdict.blocked(over_limit(verdict, str(len(data)), limit))
@@ -193,7 +211,7 @@ async def admit(
     metrics.gate_seconds.observe(time.perf_counter() - started)
     outcome = verdict.outcome
     if outcome == "block":
-        metrics.count(label, Outcome.BLOCK, upstream)
+        metrics.count(label, Outcome.BLOCK, upstream, dialect.label)
         blocked = rejection(verdict, request_id=request.request_id)
         return Answer(400, blocked, _NOT_RETRIED, verdict.findings)
     header = verdict.header()
@@ -262,6 +280,8 @@ def _too_large(size: int, limit: int) -> ProxyError:
 def _route(request: Request, config: Config, parsed: Mapping[str, Any]) -> Routed:
     """The route of a parsed body; ProxyError when none takes it, or when a WebSocket's frame
     would take another upstream than its connection goes to."""
+    if request.route is not None:
+        return Routed(request.route)
     path = request.received_path or request.path
     routed = routing.select(config.routing, path, request.headers, parsed)
     if request.upstream is not None and routed.upstream != request.upstream:
@@ -432,7 +452,9 @@ def _audit(
     """Count and record the findings of a request (`asked`: its body as the client sent it);
     a finding's tool is named in the metrics when `gate` pins it."""
     for finding in verdict.findings:
-        metrics.found(finding.reason, finding.action, finding.name, gate.pinned)
+        metrics.found(
+            finding.reason, finding.action, finding.name, gate.pinned, request.dialect.label
+        )
     try:
         audit_log.write(
             audit.AuditedRequest(
@@ -443,6 +465,8 @@ def _audit(
                 raw=request.raw,
                 tenant=request.tenant,
                 upstream=upstream,
+                server=request.server,
+                session=request.session,
             ),
             verdict,
         )

@@ -124,7 +124,7 @@ class RouteCaches:
         self.match_headers = any(route.header is not None for route in config.routing)
         self.default = GateCaches.for_policy(config.gate)
         self._policies: list[tuple[Policy, GateCaches]] = [(config.gate, self.default)]
-        for route in config.routing:
+        for route in (*config.routing, *config.mcp_routes.values()):
             if not any(route.gate == policy for policy, _ in self._policies):
                 self._policies.append((route.gate, GateCaches.for_policy(route.gate)))
 

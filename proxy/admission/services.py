@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy import settings
 from proxy.admission.emitted import EmittedChecks
@@ -14,6 +14,7 @@ from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger, LedgerStats
 from proxy.state.metrics import Metrics
 from proxy.state.stores import MemoryStore, open_store
+from proxy.state.tool_lists import ToolLists
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Services:
     audit_log: AuditLog
     ledger: Ledger
     emitted: EmittedChecks
+    # What each MCP session's server listed (this process's own).
+    tool_lists: ToolLists = field(default_factory=ToolLists)
 
 
 @contextlib.asynccontextmanager

@@ -17,6 +17,7 @@ from proxy.gate.policy import Policy, PolicyError
 from proxy.gate.reasons import ACTIONS, ALL_REASONS
 from proxy.settings import (
     LOG_FORMATS,
+    MCP_ACTIONS,
     READINESS_LEDGER,
     Admin,
     Audit,
@@ -27,6 +28,8 @@ from proxy.settings import (
     Limits,
     Listen,
     Log,
+    Mcp,
+    McpServer,
     ReadinessSettings,
     TracingSettings,
     UpstreamSettings,
@@ -216,6 +219,33 @@ CONFIG_SCHEMA: dict[str, Any] = _object(
         ),
         "extproc": _object({"listen": {"type": "string", "minLength": 1}}),
         "readiness": _object({"ledger": {"enum": list(READINESS_LEDGER)}}),
+        "mcp": _object(
+            {
+                "servers": {
+                    "type": "object",
+                    "propertyNames": {"pattern": _NAME},
+                    "additionalProperties": {
+                        **_object(
+                            {
+                                "url": _UPSTREAM["url"],
+                                "api_key_env": _UPSTREAM["api_key_env"],
+                                "headers": {
+                                    "type": "object",
+                                    "propertyNames": {"pattern": _TOKEN},
+                                    # No line break or other control character: a header value.
+                                    "additionalProperties": {
+                                        "type": "string",
+                                        "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$",
+                                    },
+                                },
+                            }
+                        ),
+                        "required": ["url"],
+                    },
+                },
+                "action": {"enum": list(MCP_ACTIONS)},
+            }
+        ),
     }
 )
 
@@ -249,6 +279,11 @@ MEANINGS: dict[str, str] = {
     "routes": "[{path_prefix | model (glob) | header: {name, value}, upstream, "
     "strip_model_prefix, materialize, gate}]: the upstream per request, first match wins; "
     "one without a matcher is the default",
+    "mcp.servers": "name -> {url, api_key_env, headers}: an MCP server (Streamable HTTP, its "
+    "endpoint's whole URL) served at /mcp/<name>; its tools/call arguments are gated against "
+    "the inputSchema its tools/list gave the session",
+    "mcp.action": "what a tools/call that fails its schema gets: rewrite (a tool error with the "
+    "failure record, nothing forwarded) | block (JSON-RPC error -32602) | log (forwarded)",
     "gate.action": "what a finding does by default: " + " | ".join(ACTIONS),
     "gate.actions": "per-reason override of gate.action, e.g. {namespaced: strip}",
     "gate.allow_missing_status": "a function_call without status counts as completed",
@@ -408,6 +443,8 @@ def _build(data: dict[str, Any], problems: list[str]) -> Config | None:
     if "gate" in broken and policy is not None:
         policy = None  # its pins were checked; the settings were not read
     upstreams = {} if "upstreams" in broken else _upstreams(data.get("upstreams", {}), problems)
+    if "mcp" not in broken:
+        sections["mcp"] = _mcp(data.get("mcp", {}), problems)
     routes = []
     ledger = sections.get("ledger")
     if not {"routes", "upstreams", "gate", "tools"} & broken and ledger is not None:
@@ -453,6 +490,19 @@ def _upstreams(data: Mapping[str, Any], problems: list[str]) -> dict[str, Upstre
         except ValueError as exc:
             problems.append(f"upstreams.{name}.{exc}")
     return found
+
+
+def _mcp(data: Mapping[str, Any], problems: list[str]) -> Mcp:
+    servers = {}
+    for name, server in data.get("servers", {}).items():
+        try:
+            upstream = UpstreamSettings(url=server["url"], api_key_env=server.get("api_key_env"))
+        except ValueError as exc:
+            problems.append(f"mcp.servers.{name}.{exc}")
+            continue
+        headers = tuple(server.get("headers", {}).items())
+        servers[name] = McpServer(upstream, headers)
+    return Mcp(servers, data.get("action", "rewrite"))
 
 
 def _route(

@@ -17,13 +17,14 @@ from multidict import CIMultiDict
 from proxy.admission import body, pipeline, targets
 from proxy.admission.exchange import Exchange, Head, refused_target, request_ids, too_large
 from proxy.admission.ids import new_request_id
+from proxy.admission.mcp import server_of
 from proxy.admission.services import open_services
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server import admin
 from proxy.server.access import ACCESS, observe
 from proxy.server.forward import forward
-from proxy.server.headers import body_headers_named, upstream_headers
+from proxy.server.headers import body_headers_named, mcp_headers, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
 from proxy.server.keys import IN_FORCE, METRICS, READINESS, REQUEST_ID, SERVICES, WORKER
 from proxy.server.readiness import Readiness
@@ -304,14 +305,27 @@ async def _proxy(
     def values(name: str) -> list[str]:
         return headers.getall(name, [])
 
-    decided = exchange.head(request.method, target, values, has_body=request.body_exists)
+    server = server_of(target.path)
+    if server is not None and server in current.config.mcp.servers:
+        decided = exchange.mcp_head(
+            request.method, server, target, values, has_body=request.body_exists
+        )
+    else:
+        decided = exchange.head(request.method, target, values, has_body=request.body_exists)
     access = request[ACCESS]
     access.tenant = exchange.tenant
     assert exchange.target is not None
     gated = exchange.target.gated
-    access.route = "passthrough" if gated is None else targets.GATED[gated]
+    access.route = exchange.route if gated is None else targets.GATED[gated]
     if decided is _GATE:
         return await gate(request, current, exchange, tracing)
+    if exchange.mcp is not None:
+        # The server's stream (GET) or the session's end (DELETE), watched by the MCP tap.
+        upstream = current.upstreams[exchange.upstream or ""]
+        sent = mcp_headers(headers, current.config, exchange.mcp.server, _KEEP_ALL)
+        data = request.content.iter_any() if request.body_exists else None
+        target_sent = exchange.forward_target()
+        return await forward(request, exchange, upstream, target_sent, data, sent, access, tracing)
     if decided is _SOCKET:
         upstream = current.upstreams[exchange.passthrough(request.method)]
         return await relay_websocket(request, current, upstream, exchange)
@@ -368,19 +382,22 @@ async def gate(
     if decided.findings:
         access.findings.update(finding.action for finding in decided.findings)
     if isinstance(decided, pipeline.Answer):
-        access.failed(decided.body["error"]["code"])
+        error = decided.body.get("error")
+        if decided.status >= 400 and isinstance(error, dict):
+            access.failed(error["code"])
         return answer(decided)
     upstream = current.upstreams[decided.upstream]
-    sent = upstream_headers(headers, config, decided.drop_headers, upstream.settings)
-    if "Accept-Encoding" in sent:
-        _ask_readable(exchange, sent)
-    assert exchange.target is not None
-    assert exchange.target.gated is not None
+    if exchange.mcp is not None:
+        sent = mcp_headers(headers, config, exchange.mcp.server, decided.drop_headers)
+    else:
+        sent = upstream_headers(headers, config, decided.drop_headers, upstream.settings)
+        if "Accept-Encoding" in sent:
+            _ask_readable(exchange, sent)
     return await forward(
         request,
         exchange,
         upstream,
-        exchange.target.gated + exchange.target.query,
+        exchange.forward_target(),
         decided.data,
         sent,
         access,

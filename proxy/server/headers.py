@@ -94,6 +94,24 @@ def upstream_headers(
     return out
 
 
+def mcp_headers(
+    headers: CIMultiDictProxy[str], config: Config, server: str, drop: frozenset[str]
+) -> CIMultiDict[str]:
+    """The client's headers as the MCP server `server` sees them: its `Mcp-Session-Id` and
+    `MCP-Protocol-Version` as sent, the proxy's key for the server if it holds one, and the
+    headers the config gives the server (over the client's of the same name). An answer is
+    read by the tap as it goes by: only the identity coding is asked for."""
+    settings = config.mcp.servers[server]
+    out = upstream_headers(headers, config, drop | _CODINGS, settings.upstream)
+    for name, value in settings.headers:
+        out.popall(name, None)
+        out[name] = value
+    return out
+
+
+_CODINGS = frozenset({"accept-encoding"})
+
+
 # Negotiated per hop by aiohttp on each side; never copied from one hop to the other.
 WEBSOCKET_OWN = frozenset(
     {

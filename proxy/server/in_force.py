@@ -98,10 +98,11 @@ class InForceHolder:
 
 
 async def _started(config: Config, running: Mapping[str, Upstream]) -> dict[str, Upstream]:
-    """An upstream for each the config names: a running one whose settings did not change is
-    kept (its pool with it), the others are started."""
+    """An upstream for each the config names (an MCP server's too): a running one whose
+    settings did not change is kept (its pool with it), the others are started."""
     found: dict[str, Upstream] = {}
-    for name, settings in config.upstream_named.items():
+    named = {**config.upstream_named, **config.mcp_upstreams}
+    for name, settings in named.items():
         old = running.get(name)
         if old is not None and old.settings == settings:
             found[name] = old

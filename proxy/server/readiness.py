@@ -73,9 +73,15 @@ class Readiness:
                 "stopping: requests in flight are finishing" if self.draining else "serving",
             )
         ]
-        for name, upstream in upstreams_of(config).items():
-            found.append(await self._cached(f"upstream:{name}", partial(_connect, upstream)))
-        ledger = await self._cached("ledger", partial(self._ledger, store))
+        # Probed at once: a probe that waits out its timeout holds none of the others up.
+        probes = [
+            self._cached(f"upstream:{name}", partial(_connect, upstream))
+            for name, upstream in upstreams_of(config).items()
+        ]
+        *upstreams, ledger = await asyncio.gather(
+            *probes, self._cached("ledger", partial(self._ledger, store))
+        )
+        found.extend(upstreams)
         found.append(replace(ledger, required=config.readiness.ledger == "required"))
         workers = self.workers()
         if workers is not None:

@@ -48,6 +48,9 @@ class AuditedRequest:
     raw: bytes
     tenant: str | None
     upstream: str | None = None  # the name of the upstream its route sends it to
+    # An MCP request's server (its name under `mcp.servers`) and session (`Mcp-Session-Id`).
+    server: str | None = None
+    session: str | None = None
 
 
 def record(request: AuditedRequest, verdict: Verdict, *, include_arguments: bool) -> dict[str, Any]:
@@ -74,6 +77,8 @@ def record(request: AuditedRequest, verdict: Verdict, *, include_arguments: bool
     }
     if omitted:
         entry["findings_omitted"] = omitted
+    if request.server is not None:
+        entry["server"], entry["session"] = request.server, request.session
     return entry
 
 

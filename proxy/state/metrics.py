@@ -131,8 +131,11 @@ class Metrics:
             "`websocket` (a gated frame), `passthrough`, `any` (refused "
             "before a route was chosen); `outcome`: `forward`, `strip`, `rewrite`, `block`, "
             "`invalid`, `ledger_unavailable` (answered 503: the ledger could not be read), "
-            "`upstream_error`, `not_found`, `unauthorized`, `invalid_target`.",
-            ["route", "outcome", "upstream"],
+            "`upstream_error`, `not_found`, `unauthorized`, `invalid_target`; `dialect`: the API "
+            "its body speaks, `responses` (Open Responses, over HTTP or a WebSocket) or `chat` "
+            "(Chat Completions), `-` for a request no dialect reads (passed through, refused "
+            "before its route was known).",
+            ["route", "outcome", "upstream", "dialect"],
             registry=self.registry,
         )
         self.findings = Counter(
@@ -142,8 +145,8 @@ class Metrics:
             "route's `gate.tools`: a set the operator bounds), "
             f"`{UNPINNED_TOOL}` for any other name (a request's own `tools` are the client's to "
             f"name), `{NO_TOOL}` for a finding about no call (an orphan output, an envelope, an "
-            "item-level reason).",
-            ["reason", "action", "tool"],
+            "item-level reason). `dialect`: `responses` or `chat`, the API of the request's body.",
+            ["reason", "action", "tool", "dialect"],
             registry=self.registry,
         )
         self.gate_seconds = Histogram(
@@ -174,7 +177,7 @@ class Metrics:
         self._answered: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         # The children of `requests` by their labels, a few dozen at most: labels() validates
         # and locks on every call.
-        self._counted: dict[tuple[str, str, str], Counter] = {}
+        self._counted: dict[tuple[str, str, str, str], Counter] = {}
         self.open_streams = Gauge(
             "replay_proxy_open_streams",
             "Answers (and WebSockets) being relayed from the upstream now.",
@@ -270,21 +273,22 @@ class Metrics:
         # them; a process of its own has prometheus-client's collectors read it at the scrape.
         self.process = WorkerProcess(self.registry) if multiprocess_dir is not None else None
 
-    def count(self, route: str, outcome: Outcome, upstream: str) -> None:
+    def count(self, route: str, outcome: Outcome, upstream: str, dialect: str) -> None:
         """One request handled (`replay_proxy_requests_total`); `upstream` is `-` when none
-        was chosen."""
-        child = self._counted.get((route, outcome, upstream))
+        was chosen, `dialect` when no dialect read it."""
+        key = (route, outcome, upstream, dialect)
+        child = self._counted.get(key)
         if child is None:
-            child = self._counted[route, outcome, upstream] = self.requests.labels(
-                route, outcome, upstream
-            )
+            child = self._counted[key] = self.requests.labels(route, outcome, upstream, dialect)
         child.inc()
 
-    def found(self, reason: str, action: str, tool: str | None, pinned: Container[str]) -> None:
+    def found(
+        self, reason: str, action: str, tool: str | None, pinned: Container[str], dialect: str
+    ) -> None:
         """One gate finding (`replay_proxy_findings_total`) about a call of `tool`, named only
-        when it is `pinned` (a set the config bounds)."""
+        when it is `pinned` (a set the config bounds), in a body of `dialect`."""
         label = NO_TOOL if tool is None else tool if tool in pinned else UNPINNED_TOOL
-        self.findings.labels(reason, action, label).inc()
+        self.findings.labels(reason, action, label, dialect).inc()
 
     def upstream_answered(self, upstream: str, route: str, status: str, seconds: float) -> None:
         """One request sent upstream: how its answer began (or failed), and after how long."""

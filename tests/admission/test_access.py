@@ -71,7 +71,7 @@ def test_metrics_label_each_counted_outcome_by_its_string() -> None:
     metrics = Metrics()
     counted = [o for o in Outcome if o not in ACCESS_ONLY]
     for outcome in counted:
-        metrics.count("responses", outcome, "-")
+        metrics.count("responses", outcome, "-", "responses")
     labels = {
         sample.labels["outcome"]
         for family in metrics.registry.collect()

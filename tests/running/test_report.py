@@ -139,12 +139,14 @@ TWO_FINDINGS = audit_record(at(9), sales(), orphan_finding(), tenant="t_a", upst
                 audit_record(at(9), sales(), orphan_finding(), path="/v1/chat/completions"),
                 audit_record(at(9)),
                 audit_record(at(9), path="/v1/responses/compact"),
+                audit_record(at(9), path="/mcp/orders"),
             ],
             lambda s: (rows(s.dialects), rows(s.request_paths)),
             (
-                [("chat", 2, 3), ("responses", 2, 2)],
+                [("chat", 2, 3), ("responses", 2, 2), (None, 1, 1)],
                 [
                     ("/v1/chat/completions", 2, 3),
+                    ("/mcp/orders", 1, 1),
                     ("/v1/responses", 1, 1),
                     ("/v1/responses/compact", 1, 1),
                 ],

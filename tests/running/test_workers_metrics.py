@@ -82,7 +82,12 @@ async def test_every_scrape_of_either_worker_reads_the_whole_service(
         assert set(scrapes) == set(sent)
         texts = [text for texts in scrapes.values() for text in texts]
 
-        forwarded = {"route": "responses", "outcome": "forward", "upstream": "default"}
+        forwarded = {
+            "route": "responses",
+            "outcome": "forward",
+            "upstream": "default",
+            "dialect": "responses",
+        }
         assert {metric(t, REQUESTS, **forwarded) for t in texts} == {total}
         assert {metric(t, "replay_proxy_gate_seconds_count") for t in texts} == {total}
         upstream = {"upstream": "default", "route": "responses", "status": "200"}

@@ -52,20 +52,67 @@ async def test_metrics_count_requests_findings_gate_time_and_streams(
 
     requests_total = "replay_proxy_requests_total"
     assert (
-        metric(text, requests_total, route="responses", outcome="forward", upstream="default") == 1
-    )
-    assert metric(text, requests_total, route="responses", outcome="block", upstream="default") == 1
-    assert (
-        metric(text, requests_total, route="responses_compact", outcome="block", upstream="default")
+        metric(
+            text,
+            requests_total,
+            route="responses",
+            outcome="forward",
+            upstream="default",
+            dialect="responses",
+        )
         == 1
     )
-    assert metric(text, requests_total, route="responses", outcome="invalid", upstream="-") == 1
     assert (
-        metric(text, requests_total, route="passthrough", outcome="forward", upstream="default")
+        metric(
+            text,
+            requests_total,
+            route="responses",
+            outcome="block",
+            upstream="default",
+            dialect="responses",
+        )
+        == 1
+    )
+    assert (
+        metric(
+            text,
+            requests_total,
+            route="responses_compact",
+            outcome="block",
+            upstream="default",
+            dialect="responses",
+        )
+        == 1
+    )
+    assert (
+        metric(
+            text,
+            requests_total,
+            route="responses",
+            outcome="invalid",
+            upstream="-",
+            dialect="responses",
+        )
+        == 1
+    )
+    assert (
+        metric(
+            text,
+            requests_total,
+            route="passthrough",
+            outcome="forward",
+            upstream="default",
+            dialect="-",
+        )
         == 1
     )
     findings = "replay_proxy_findings_total"
-    labels = {"reason": "arguments_schema", "action": "block", "tool": "(unpinned)"}
+    labels = {
+        "reason": "arguments_schema",
+        "action": "block",
+        "tool": "(unpinned)",
+        "dialect": "responses",
+    }
     assert metric(text, findings, **labels) == 2
     assert "# TYPE replay_proxy_gate_seconds histogram" in text
     assert metric(text, "replay_proxy_gate_seconds_count") == 3
@@ -115,9 +162,14 @@ async def test_findings_name_the_tool_only_when_the_config_pins_it(
 
     text = await scrape(client, base)
     findings = "replay_proxy_findings_total"
-    pinned = {"reason": "arguments_schema", "action": "log", "tool": "get_latest_sales_report"}
+    pinned = {
+        "reason": "arguments_schema",
+        "action": "log",
+        "tool": "get_latest_sales_report",
+        "dialect": "responses",
+    }
     assert metric(text, findings, **pinned) == 1
-    assert metric(text, findings, reason="orphan", action="log", tool="-") == 1
+    assert metric(text, findings, reason="orphan", action="log", tool="-", dialect="responses") == 1
     assert metric(text, findings, **(pinned | {"tool": "(unpinned)"})) == 1
     assert "made_up_by_the_client" not in text
     assert len(recording_upstream.received) == 3

@@ -46,7 +46,7 @@ def test_the_table_is_read() -> None:
     table = page_metrics()
     assert table["replay_proxy_requests_total"] == (
         "counter",
-        frozenset({"route", "outcome", "upstream"}),
+        frozenset({"route", "outcome", "upstream", "dialect"}),
     )
     assert table["replay_proxy_gate_seconds"] == ("histogram", frozenset())
 

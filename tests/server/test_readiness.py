@@ -13,10 +13,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from proxy.config import Config
 from proxy.running.workers import free_port
+from proxy.server import readiness as readiness_module
 from proxy.server.readiness import Check, Readiness
-from proxy.settings import LedgerSettings
+from proxy.settings import LedgerSettings, UpstreamSettings
 from proxy.state.metrics import Metrics
+from proxy.state.stores import MemoryStore
 from proxy.state.workers import Missing, Slots, WorkerSlot, write_slots
 from tests.builders import at
 from tests.fixture_types import ProxyFactory
@@ -264,6 +267,32 @@ def test_the_workers_check_reads_the_supervisors_view(
         assert found == expected
     gauge = metric(checked.metrics.render().decode(), "replay_proxy_workers_missing")
     assert gauge == (0 if missing is None else missing)
+
+
+async def test_the_upstreams_are_probed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first upstream's probe answers only once the last one's has begun: probed one after
+    # the other, the first would wait forever.
+    names = ["a", "b", "c"]
+    begun = {name: asyncio.Event() for name in names}
+
+    async def probe(upstream: UpstreamSettings) -> Check:
+        name = upstream.url.split("//")[1].split(".")[0]
+        begun[name].set()
+        if name == "a":
+            await begun["c"].wait()
+        return Check("", True, name)
+
+    monkeypatch.setattr(readiness_module, "_connect", probe)
+    config = Config(upstreams={n: UpstreamSettings(url=f"http://{n}.test") for n in names})
+
+    checks = await asyncio.wait_for(
+        Readiness(LedgerSettings(), Metrics(), None).checks(
+            config, MemoryStore(max_responses=1, ttl_s=1)
+        ),
+        30,
+    )
+
+    assert [(c.name, c.detail) for c in checks[1:4]] == [(f"upstream:{n}", n) for n in names]
 
 
 def test_one_process_has_no_workers_check() -> None:

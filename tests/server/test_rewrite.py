@@ -92,11 +92,11 @@ async def test_rewrite_forwards_the_pair_with_the_failure_record(
     assert record["findings"] == [FINDING | {"index": 4, "paired_index": 3}]
     async with client.get(base + "/-/metrics") as resp:
         metrics = await resp.text()
-    labels = 'action="rewrite",reason="arguments_schema",tool="(unpinned)"'
+    labels = 'action="rewrite",dialect="responses",reason="arguments_schema",tool="(unpinned)"'
     assert f"replay_proxy_findings_total{{{labels}}} 1.0" in metrics
     assert (
-        'replay_proxy_requests_total{outcome="rewrite",route="responses",upstream="default"} 1.0'
-        in metrics
+        'replay_proxy_requests_total{dialect="responses",outcome="rewrite",route="responses",'
+        'upstream="default"} 1.0' in metrics
     )
 
 

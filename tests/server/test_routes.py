@@ -90,8 +90,23 @@ async def test_routed_by_path_model_and_header_each_reaches_its_upstream(
     async with aiohttp.ClientSession() as client:
         text = await scrape(client, base)
     total = "replay_proxy_requests_total"
-    assert metric(text, total, route="responses", outcome="forward", upstream="openai") == 1
-    assert metric(text, total, route="responses", outcome="forward", upstream="acme") == 3
+    assert (
+        metric(
+            text,
+            total,
+            route="responses",
+            outcome="forward",
+            upstream="openai",
+            dialect="responses",
+        )
+        == 1
+    )
+    assert (
+        metric(
+            text, total, route="responses", outcome="forward", upstream="acme", dialect="responses"
+        )
+        == 3
+    )
     assert audit_records(tmp_path) == []
 
 

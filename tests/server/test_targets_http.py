@@ -88,7 +88,7 @@ async def requests_counted(base: str, outcome: str) -> float | None:
     metrics = (await send(base, "GET", b"/-/metrics")).body.decode()
     for family in text_string_to_metric_families(metrics):
         for sample in family.samples:
-            labels = {"route": "any", "outcome": outcome, "upstream": "-"}
+            labels = {"route": "any", "outcome": outcome, "upstream": "-", "dialect": "-"}
             if sample.name == "replay_proxy_requests_total" and sample.labels == labels:
                 return sample.value
     return None

@@ -39,7 +39,7 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from fastapi import FastAPI
@@ -382,11 +382,28 @@ def serve_in_thread(
 ) -> Iterator[str]:
     """Serve the scripted agent in a background thread; yields ``http://host:port/v1``."""
     app = create_scripted_app(api_key=api_key, require_model=require_model, chunk_delay=chunk_delay)
+    with serve_asgi_in_thread(
+        app, host=host, port=port, startup_timeout=startup_timeout, name="scripted-agent"
+    ) as base:
+        yield f"{base}/v1"
+
+
+@contextlib.contextmanager
+def serve_asgi_in_thread(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    lifespan: Literal["on", "off"] = "off",
+    startup_timeout: float = 10.0,
+    name: str = "asgi",
+) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn in a background thread; yields ``http://host:port``."""
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", ws="websockets-sansio", lifespan="off"
+        app, host=host, port=port, log_level="warning", ws="websockets-sansio", lifespan=lifespan
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="scripted-agent", daemon=True)
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout
     while not server.started:
@@ -397,7 +414,7 @@ def serve_in_thread(
         time.sleep(0.01)
     bound_port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://{host}:{bound_port}/v1"
+        yield f"http://{host}:{bound_port}"
     finally:
         server.should_exit = True
         thread.join(timeout=startup_timeout)

@@ -363,7 +363,12 @@ async def test_redis_down_is_a_503_the_sdk_retries_and_then_recovers(
     async with aiohttp.ClientSession() as session:
         text = await scrape(session, base)
     # The first try and both retries reached the proxy, and each read failed.
-    labels = {"route": "responses", "outcome": "ledger_unavailable", "upstream": "default"}
+    labels = {
+        "route": "responses",
+        "outcome": "ledger_unavailable",
+        "upstream": "default",
+        "dialect": "responses",
+    }
     assert metric(text, "replay_proxy_requests_total", **labels) == 3
     assert metric(text, "replay_proxy_ledger_faults_total", operation="read") == 3
     warned = [r for r in caplog.records if "answered 503 ledger_unavailable" in r.getMessage()]

@@ -75,8 +75,8 @@ def test_histograms_reach_the_timeouts_they_time() -> None:
 
 def test_no_created_series() -> None:
     metrics = Metrics()
-    metrics.requests.labels("responses", "forward", "default").inc()
-    metrics.found("orphan", "block", None, ())
+    metrics.requests.labels("responses", "forward", "default", "responses").inc()
+    metrics.found("orphan", "block", None, (), "responses")
     metrics.gate_seconds.observe(0.001)
     metrics.ledger_faults.labels("read").inc()
 

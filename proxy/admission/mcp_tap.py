@@ -1,0 +1,193 @@
+"""The MCP tap: watches an MCP server's answers go by (JSON or SSE) for what the session's
+tool list must know, and door 2 on the tool results it saw.
+
+A `tools/list` result is recorded for the session (page by page); a
+`notifications/tools/list_changed` makes its list stale; a `tools/call` result is kept, and once
+the answer has been relayed its `structuredContent` is checked against the tool's
+`outputSchema`: a failure is counted (`replay_proxy_emitted_calls_total{verdict="result_schema"}`)
+and audited (`event: emitted_result_rejected`). Nothing is changed: the answer went as it came.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.admission import body
+from proxy.admission.emitted import EmittedChecks
+from proxy.admission.mcp import LIST_CHANGED, TOOLS_LIST, Asked
+from proxy.config import Route
+from proxy.gate.arguments import check_arguments
+from proxy.gate.caches import GateCaches
+from proxy.gate.errors import ProxyError
+from proxy.gate.findings import Finding
+from proxy.gate.reasons import Reason
+from proxy.gate.verdict import Bounds
+from proxy.state.audit import AuditLog, Relayed, emitted_record
+from proxy.state.tool_lists import SessionKey, ToolLists
+
+log = logging.getLogger("replay_proxy")
+
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+RESULT_REJECTED = "emitted_result_rejected"
+RESULT_SCHEMA = "result_schema"
+# Where a result's finding is: what it checks.
+_STRUCTURED = "result.structuredContent"
+
+
+@dataclass
+class McpSession:
+    """What an exchange knows of the MCP session a request belongs to: its server, its
+    `Mcp-Session-Id`, where its tool list is kept, the route of its server, and (once its body
+    was admitted) the requests whose answers the tap watches and the body as received."""
+
+    server: str
+    session: str | None
+    key: SessionKey
+    route: Route
+    asked: Mapping[Any, Asked] = field(default_factory=dict)
+    raw: bytes | None = None
+
+    @property
+    def path(self) -> str:
+        return f"/mcp/{self.server}"
+
+
+class McpTap:
+    """Reads one answer of an MCP server as it goes by, never past `limit` bytes."""
+
+    def __init__(
+        self,
+        lists: ToolLists,
+        session: McpSession,
+        content_type: str,
+        content_encoding: str,
+        limit: int,
+        request_id: str,
+    ) -> None:
+        self.lists = lists
+        self.session = session
+        self.limit = limit
+        self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
+        self.pending = bytearray()
+        self.results: list[tuple[str, Any]] = []  # (tool, result) of each tools/call answered
+        # An answer in a content coding goes by unread (servers of MCP send none unasked).
+        self.done = bool(content_encoding.strip()) and content_encoding.strip() != "identity"
+        if self.done:
+            log.warning("%s an encoded MCP answer goes by unread", request_id)
+
+    async def feed(self, chunk: bytes) -> None:
+        if self.done:
+            return
+        self.pending += chunk
+        if self.sse:
+            self._events()
+        if len(self.pending) > self.limit:
+            self.done = True  # too large to keep a copy of: it goes by unread
+            self.pending.clear()
+
+    async def finish(self) -> None:
+        if self.done or self.sse:
+            return
+        self.done = True
+        self._read(bytes(self.pending))
+        self.pending.clear()
+
+    def _events(self) -> None:
+        pending = self.pending
+        start = 0
+        while (match := _EVENT_END.search(pending, start)) is not None:
+            data = [
+                line[5:].removeprefix(b" ")
+                for line in bytes(pending[start : match.start()]).splitlines()
+                if line.startswith(b"data:")
+            ]
+            start = match.end()
+            if data:
+                self._read(b"\n".join(data))
+        del pending[:start]
+
+    def _read(self, data: bytes) -> None:
+        try:
+            found = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        for message in found if isinstance(found, list) else [found]:
+            if isinstance(message, dict):
+                self._message(message)
+
+    def _message(self, message: Mapping[str, Any]) -> None:
+        key = self.session.key
+        if message.get("method") == LIST_CHANGED:
+            self.lists.changed(key)
+            return
+        result = message.get("result")
+        ident = message.get("id")
+        if not isinstance(result, dict) or not isinstance(ident, str | int):
+            return
+        asked = self.session.asked.get(ident)
+        if asked is None:
+            return
+        if asked.method == TOOLS_LIST:
+            self.lists.page(key, result.get("tools"), first=asked.first)
+        elif asked.name is not None:
+            self.results.append((asked.name, result))
+
+
+def check_results(
+    tap: McpTap,
+    policy_caches: GateCaches,
+    bounds: Bounds,
+    relayed: Relayed,
+    audit_log: AuditLog,
+    emitted: EmittedChecks,
+) -> None:
+    """Door 2 for MCP: each tool result the tap saw, its `structuredContent` against the
+    `outputSchema` the session's list gives its tool (a pin holds no output schema). A tool
+    error (`isError`) is the tool's own answer, not checked."""
+    session = tap.session
+    listed = tap.lists.tools(session.key)
+    policy = session.route.gate
+    for name, result in tap.results:
+        tool = listed.get(name)
+        if tool is None or tool.output_schema is None or result.get("isError") is True:
+            continue
+        try:
+            schema = policy_caches.schemas.compile(tool.output_schema, policy.schema_limits)
+        except Exception:  # an outputSchema that is no schema: nothing to hold the result to
+            log.warning("%s the outputSchema of %s is unusable", relayed.request_id, name)
+            continue
+        content = result.get("structuredContent")
+        try:
+            text = body.dumps(content).decode()
+        except ProxyError:
+            continue
+        failed = check_arguments(text, [schema], None, bounds.max_violations)
+        verdict = "ok" if failed is None else RESULT_SCHEMA
+        if failed is not None:
+            finding = Finding(
+                0,
+                Reason.ARGUMENTS_SCHEMA,
+                "log",
+                name=name,
+                fail=failed.fail,
+                passed=failed.passed,
+                fail_omitted=failed.fail_omitted,
+                param=_STRUCTURED,
+            )
+            entry = emitted_record(
+                relayed,
+                {},
+                [finding],
+                include_arguments=audit_log.include_arguments,
+                max_findings=bounds.max_findings,
+            )
+            entry["event"] = RESULT_REJECTED
+            entry["server"], entry["session"] = session.server, session.session
+            audit_log.append(entry)
+        emitted.metrics.emitted_calls.labels(emitted.tool_label(name, known=True), verdict).inc()

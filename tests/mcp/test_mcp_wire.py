@@ -1,0 +1,162 @@
+"""The MCP door on the wire: JSON-RPC bodies an SDK would not send (arguments that are no
+object, batches), a session id presented by another tenant, and the session's end."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.fixture_types import ProxyFactory
+from tests.servers.mcp_tools import Ran, reports_server, serve_mcp
+
+_ACCEPT = "application/json, text/event-stream"
+
+
+class Wire:
+    """A JSON-RPC session opened by hand at `url` with the key `key`."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str, key: str) -> None:
+        self.http, self.url, self.key = http, url, key
+        self.session: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        given = {"Authorization": f"Bearer {self.key}", "Accept": _ACCEPT}
+        if self.session is not None:
+            given["Mcp-Session-Id"] = self.session
+            given["MCP-Protocol-Version"] = "2025-11-25"
+        return given
+
+    async def post(self, message: Any) -> tuple[int, Any]:
+        async with self.http.post(self.url, json=message, headers=self.headers()) as answer:
+            self.session = answer.headers.get("Mcp-Session-Id", self.session)
+            body = await answer.json() if answer.status == 200 else await answer.text()
+            return answer.status, body
+
+    async def open(self) -> None:
+        await self.post(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "wire", "version": "0"},
+                },
+            }
+        )
+        await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await self.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+
+
+def call(ident: int, arguments: Any) -> dict[str, Any]:
+    params = {"name": "get_report", "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
+
+
+@pytest.fixture
+def reports() -> Iterator[tuple[str, Ran]]:
+    ran = Ran()
+    with serve_mcp(reports_server(ran), json_response=True) as url:
+        yield url, ran
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def opened(
+    start_proxy: ProxyFactory, http: aiohttp.ClientSession, url: str, key: str = "sk-a"
+) -> Wire:
+    base = await start_proxy("http://127.0.0.1:9", mcp={"servers": {"reports": {"url": url}}})
+    wire = Wire(http, f"{base}/mcp/reports", key)
+    await wire.open()
+    return wire
+
+
+@pytest.mark.parametrize("arguments", ["{}", ["us"], 3], ids=["string", "array", "number"])
+async def test_arguments_that_are_no_object_are_arguments_type(
+    reports: tuple[str, Ran], start_proxy: ProxyFactory, http: aiohttp.ClientSession, arguments: Any
+) -> None:
+    url, ran = reports
+    wire = await opened(start_proxy, http, url)
+    status, answer = await wire.post(call(7, arguments))
+    assert status == 200
+    assert answer["id"] == 7
+    assert answer["result"]["isError"] is True
+    assert answer["result"]["_meta"]["replay-proxy/failure"]["reason"] == "arguments_type"
+    assert ran.calls == []
+
+
+async def test_a_batch_with_a_refused_call_is_refused_whole(
+    reports: tuple[str, Ran], start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    url, ran = reports
+    wire = await opened(start_proxy, http, url)
+    status, answer = await wire.post([call(8, {"region": "us"}), call(9, {"region": "mars"})])
+    assert status == 200
+    assert answer["id"] is None
+    assert answer["error"]["code"] == -32600
+    assert [f["param"] for f in answer["error"]["data"]["findings"]] == ["[1].params"]
+    assert ran.calls == []
+
+
+async def test_a_batch_with_an_element_that_is_no_message_is_refused(
+    reports: tuple[str, Ran], start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    url, ran = reports
+    wire = await opened(start_proxy, http, url)
+    status, answer = await wire.post([call(8, {"region": "us"}), 5])
+    assert status == 200
+    assert answer["error"]["code"] == -32600
+    assert "batch element 1" in answer["error"]["message"]
+    assert ran.calls == []
+
+
+async def test_another_tenant_with_the_same_session_id_finds_no_list(
+    reports: tuple[str, Ran], start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    url, ran = reports
+    wire = await opened(start_proxy, http, url, "sk-a")
+    other = Wire(http, wire.url, "sk-b")
+    other.session = wire.session
+    _, answer = await other.post(call(3, {"region": "us"}))
+    # A tool this tenant never listed: no outputSchema known, the record is structuredContent.
+    assert answer["result"]["structuredContent"]["reason"] == "unknown_tool"
+    _, mine = await wire.post(call(4, {"region": "us"}))
+    assert "isError" not in mine["result"] or mine["result"]["isError"] is False
+    assert ran.calls == [("get_report", {"region": "us", "include_lines": False})]
+
+
+async def test_the_session_ends_with_delete_through_the_proxy(
+    reports: tuple[str, Ran], start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    url, _ = reports
+    wire = await opened(start_proxy, http, url)
+    async with http.delete(wire.url, headers=wire.headers()) as ended:
+        assert ended.status == 200
+        assert ended.headers["x-request-id"]
+    status, _ = await wire.post(call(5, {"region": "us"}))
+    assert status == 404  # the server's own answer for a session it ended, relayed
+
+
+async def test_mcp_requests_are_counted_under_their_own_dialect(
+    reports: tuple[str, Ran], start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    url, _ = reports
+    wire = await opened(start_proxy, http, url)
+    await wire.post(call(6, {"region": "mars"}))
+    async with http.get(wire.url.replace("/mcp/reports", "/-/metrics")) as page:
+        text = await page.text()
+    counted = [
+        line
+        for line in text.splitlines()
+        if line.startswith("replay_proxy_requests_total{") and 'dialect="mcp"' in line
+    ]
+    assert any('outcome="rewrite"' in line and 'route="mcp"' in line for line in counted), counted
+    assert any('outcome="forward"' in line for line in counted), counted
