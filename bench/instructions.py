@@ -8,6 +8,8 @@ server executes per request does not: two runs of the same code agree within abo
 It leaves out the kernel's share (the socket calls, much the same on both sides), so read
 it beside `load.py`'s CPU figures, not instead of them.
 
+The bodies are workload.py's, the Chat Completions ones (`chat_bodies()`: `small, Chat`,
+`10 pairs, Chat`, the same histories as messages) posted to `/v1/chat/completions`.
 Each server runs under `valgrind --tool=callgrind` with counting off until it listens. For
 each body: a warm-up under `wrk -c8`, the counters zeroed, `wrk -c8 -d{S}s`, and the count
 read back (`callgrind_control`), divided by the requests the stub upstream answered
@@ -51,13 +53,13 @@ from callgrind import (
 from host import ROOT
 from servers import Server, served_by_stub, started_stub
 from trees import source_trees
-from workload import GATE_CONFIG, PATH, Body, bodies
+from workload import GATE_CONFIG, Body, bodies, chat_bodies
 from wrk import write_script
 
 BENCH = Path(__file__).resolve().parent
 CONNECTIONS = 8
 WARM_S = 4
-BODIES = ("small", "10 pairs", "small, SSE")
+BODIES = ("small", "10 pairs", "small, SSE", "10 pairs, Chat")
 STEPS = ("jiter", "orjson", "body.loads", "admit")
 
 
@@ -75,7 +77,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=200, help="calls per step counted")
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)  # in the counted child
     args = parser.parse_args()
-    chosen = [b for b in bodies() if b.name in args.bodies.split(";")]
+    named = args.bodies.split(";")
+    chosen = [b for b in bodies() + chat_bodies() if b.name in named]
     if args.step is not None:
         return _step(args.step, chosen[0], args.repeat)
     if args.in_process:
@@ -117,11 +120,11 @@ def _per_request(
     server: Counted, served: Callable[[], int], script: Path, body: Body, seconds: int
 ) -> float:
     """Instructions per request served, over `seconds` of load after a warm-up."""
-    _wrk(server.server, script, WARM_S)
+    _wrk(server.server, script, body.path, WARM_S)
     time.sleep(0.5)  # the warm-up's last answers out
     server.zero()
     before = served()
-    _wrk(server.server, script, seconds)
+    _wrk(server.server, script, body.path, seconds)
     time.sleep(0.5)
     requests = served() - before
     if requests <= 0:
@@ -129,10 +132,10 @@ def _per_request(
     return server.dump() / requests
 
 
-def _wrk(server: Server, script: Path, seconds: int) -> None:
+def _wrk(server: Server, script: Path, path: str, seconds: int) -> None:
     argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "60s"]
     ran = subprocess.run(
-        [*argv, "-s", str(script), server.url + PATH], capture_output=True, text=True, check=True
+        [*argv, "-s", str(script), server.url + path], capture_output=True, text=True, check=True
     )
     if "Non-2xx" in ran.stdout or "Socket errors" in ran.stdout:
         raise SystemExit(f"{server.name}: wrk saw failures:\n{ran.stdout}")
@@ -170,6 +173,7 @@ def _step(step: str, body: Body, repeat: int) -> int:
 
     from proxy.admission import pipeline
     from proxy.admission.body import loads
+    from proxy.admission.dialect import dialect_of
     from proxy.admission.routing import RouteCaches
     from proxy.running.config_file import parse_config
     from proxy.state.audit import AuditLog
@@ -186,7 +190,15 @@ def _step(step: str, body: Body, repeat: int) -> int:
         audit_log = AuditLog(str(Path(tmp) / "audit.jsonl"))
         metrics = Metrics()
         caches = RouteCaches(config)
-        request = pipeline.Request(raw, PATH, "http", "req_bench", None, "application/json")
+        request = pipeline.Request(
+            raw,
+            body.path,
+            "http",
+            "req_bench",
+            None,
+            "application/json",
+            dialect=dialect_of(body.path),
+        )
 
         async def admit(times: int) -> None:
             for _ in range(times):

@@ -1,4 +1,5 @@
-"""Benchmark workload: realistic Open Responses request bodies and the gate config they meet."""
+"""Benchmark workload: realistic Open Responses request bodies (and the same histories as Chat
+Completions bodies) and the gate config they meet."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 MODEL = "bench-model"
 PATH = "/v1/responses"
+CHAT_PATH = "/v1/chat/completions"
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer bench-tenant"}
 
 SALES_SCHEMA: dict[str, Any] = {
@@ -147,6 +149,30 @@ def request_body(
     return body
 
 
+def chat_body(
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]], *, stream: bool = False
+) -> dict[str, Any]:
+    """`request_body`'s history as Chat Completions messages: each call an assistant message's
+    one `tool_calls` entry, each output a `role: "tool"` message, the tools under `function`."""
+    body: dict[str, Any] = {"model": MODEL}
+    if stream:
+        body["stream"] = True
+    body["messages"] = [
+        {"role": "user", "content": "How did EMEA sales do last week, and where is my order?"}
+    ]
+    for call, output in pairs:
+        function = {"name": call["name"], "arguments": call["arguments"]}
+        entry = {"id": call["call_id"], "type": "function", "function": function}
+        body["messages"] += [
+            {"role": "assistant", "content": None, "tool_calls": [entry]},
+            {"role": "tool", "tool_call_id": output["call_id"], "content": output["output"]},
+        ]
+    body["tools"] = [
+        {"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in TOOLS
+    ]
+    return body
+
+
 def encode(body: dict[str, Any]) -> bytes:
     """Serialise as the official SDK does (httpx: compact, non-ASCII kept as UTF-8)."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -187,6 +213,7 @@ class Body:
     data: bytes
     pairs: int
     kind: str  # clean | block | strip | sse
+    path: str = PATH
 
     @property
     def kib(self) -> float:
@@ -206,4 +233,13 @@ def bodies() -> list[Body]:
         Body("400 pairs, block", encode(request_body(failing(p400, "block"))), 400, "block"),
         Body("400 pairs, strip", encode(request_body(failing(p400, "strip"))), 400, "strip"),
         Body("small, SSE", encode(request_body([], stream=True)), 0, "sse"),
+    ]
+
+
+def chat_bodies() -> list[Body]:
+    """The small and 10-pair bodies as Chat Completions requests (the same history, the same
+    tools): what the second dialect costs beside the first."""
+    return [
+        Body("small, Chat", encode(chat_body([])), 0, "clean", CHAT_PATH),
+        Body("10 pairs, Chat", encode(chat_body(iter_pairs(10))), 10, "clean", CHAT_PATH),
     ]

@@ -201,3 +201,11 @@ def dialect_of(path: str) -> Dialect:
 def whole_input(dialect: Dialect, parsed: Mapping[str, Any], verdict: Verdict) -> list[Any]:
     """The input items as they go upstream, whole: the gate's when it changed them."""
     return list(verdict.input) if verdict.input is not None else list(dialect.input_items(parsed))
+
+
+def label_of(path: Any) -> str | None:
+    """The `label` of the dialect a canonical gated path (an audit record's `path`) is spoken
+    in: `responses` or `chat`; None for any other path (an MCP server's too: its dialect is
+    made per server, and this module stays free of it)."""
+    found = _BY_PATH.get(path) if isinstance(path, str) else None
+    return None if found is None else found.label

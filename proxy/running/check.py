@@ -9,17 +9,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from proxy.admission.dialect import CHAT_COMPLETIONS, label_of
 from proxy.gate import items
 from proxy.gate.caches import GateCaches
 from proxy.gate.findings import Finding, message
 from proxy.gate.pairing import NOTHING_RECORDED, Recorded
-from proxy.gate.phrases import CHAT_BODY
 from proxy.gate.policy import Policy
 from proxy.gate.reasons import Outcome, Reason
 from proxy.gate.records import read_finding
 from proxy.gate.verdict import inspect
 from proxy.gate.vocabulary import PayloadCheck, Role, vocabulary_of
 from proxy.running.documents import Document, UnreadableDocument
+
+# What `check` says of every Chat Completions body it reads: which of the proxy's dialects it is.
+CHAT_DOCUMENT = "a Chat Completions body: judged as the proxy gates POST /v1/chat/completions"
+CHAT_RECORD = "the record of a Chat Completions request (POST /v1/chat/completions)"
 
 # Exit codes, as `check --help` and docs/check.md say them.
 CLEAN, FINDINGS, UNREADABLE = 0, 1, 2
@@ -139,32 +143,32 @@ class Checker:
         return kind.check == PayloadCheck.MCP_SCHEMA and item.get("server_label") in labels
 
     def chat_completions(self, document: Document) -> Checked:
+        """A Chat Completions body judged as the proxy gates `POST /v1/chat/completions`: each
+        tool message with the call it answers (`messages[i]`), then each call no tool message
+        answers yet, on its own as its replay would be (`messages[i].tool_calls[j]`)."""
         body = document.value
-        messages = body["messages"]
-        verdict = inspect({"input": messages}, self.policy, caches=self.caches)
-        reported = [
-            Reported(_via(document, f"messages[{f.index}]"), f, message(f))
-            for f in verdict.findings
-            if f.reason == "envelope"
-        ]
-        if not reported:
-            whole = Finding(
-                None, Reason.ENVELOPE, self.policy.action_for(Reason.ENVELOPE), param="messages"
-            )
-            reported.append(Reported(_via(document, whole.where), whole, message(whole)))
+        view = CHAT_COMPLETIONS.view(body)
+        verdict = view.located(inspect(view.body, self.policy, caches=self.caches))
+        reported = []
+        for f in verdict.findings:
+            said = message(f)
+            if self.recorded is None and f.reason == Reason.PROVENANCE:
+                said += _offline(f.reason, None)
+            reported.append(Reported(_via(document, f.where), f, said))
+        answered = {m.get("tool_call_id") for m in body["messages"] if isinstance(m, dict)}
         calls = []
-        for i, item in enumerate(messages):
+        for i, item in enumerate(body["messages"]):
             tool_calls = item.get("tool_calls") if isinstance(item, dict) else None
             for j, tool_call in enumerate(tool_calls if isinstance(tool_calls, list) else []):
                 call = _chat_call(tool_call)
-                if call is not None:
+                if call is not None and call["call_id"] not in answered:
                     calls.append((f"messages[{i}].tool_calls[{j}]", call))
         judged = self.calls(document, calls, body.get("tools"))
         return Checked(
             document,
             _strictest([*(r.finding for r in reported), *(r.finding for r in judged.reported)]),
             (*reported, *judged.reported),
-            (CHAT_BODY,),
+            (CHAT_DOCUMENT,),
         )
 
     def calls(
@@ -217,15 +221,16 @@ class Checker:
         record = document.value
         emitted = record.get("event") == "emitted_call_rejected"
         reported: list[Reported] = []
-        notes: list[str] = []
+        notes: list[str] = [CHAT_RECORD] if label_of(record.get("path")) == "chat" else []
         for recorded in record["findings"]:
             finding = read_finding(recorded, self.policy.action_for)
             if finding is None:
                 notes.append(f"a finding that is not one the proxy writes: {_shown(recorded)}")
                 continue
+            # A recorded `param` names the place in the body's own dialect (`messages[3]`).
             where = (
                 finding.where
-                if finding.index is None
+                if finding.index is None or finding.param is not None
                 else f"{'output' if emitted else 'input'}[{finding.index}]"
             )
             if (
@@ -348,8 +353,19 @@ def iter_lines(checked: Checked) -> Iterator[str]:
         )
 
 
+def dialect(document: Document) -> str | None:
+    """The dialect a document is in: `chat` for a Chat Completions body, an audit record's as
+    its `path` says, `responses` for every other document."""
+    if document.kind == "chat_completions":
+        return "chat"
+    if document.kind == "audit_record":
+        return label_of(document.value.get("path"))
+    return "responses"
+
+
 def iter_json(checked: Checked) -> Iterator[str]:
-    """One JSON line per finding: its file, line and place, the document's kind, the finding."""
+    """One JSON line per finding: its file, line and place, the document's kind and dialect,
+    the finding."""
     document = checked.document
     for r in checked.reported:
         finding = r.finding.as_dict() | {"action": r.finding.action, "message": r.message}
@@ -359,6 +375,7 @@ def iter_json(checked: Checked) -> Iterator[str]:
                 "line": document.line,
                 "element": document.element,
                 "kind": document.kind,
+                "dialect": dialect(document),
                 "where": r.where,
                 "outcome": checked.outcome,
                 "finding": finding,

@@ -12,6 +12,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.admission.dialect import label_of
+
 # The widths a time bucket may have, each with its name, narrowest first: the records' span
 # takes the narrowest that draws it in at most MAX_BARS bars (a day past that).
 LADDER = (
@@ -221,6 +223,8 @@ class Summary:
     upstreams: tuple[CountRow, ...]
     actions: tuple[CountRow, ...]
     request_paths: tuple[CountRow, ...]
+    # The proxy's dialect of each record (`responses`, `chat`), as its `path` says.
+    dialects: tuple[CountRow, ...]
     first: datetime | None
     last: datetime | None
     # The width of a time bucket, and its name ("5 seconds", "hour").
@@ -302,6 +306,7 @@ def summarize(
     unreadable: list[UnreadableLine] = []
     events, reasons, tools = _Counts(), _Counts(), _Counts()
     tenant_counts, upstreams, actions, request_paths = _Counts(), _Counts(), _Counts(), _Counts()
+    dialects = _Counts()
     dated: list[tuple[datetime, list[str | None]]] = []
     undated = 0
     top_paths: Counter[tuple[str | None, str | None, str | None]] = Counter()
@@ -336,6 +341,7 @@ def summarize(
             (request_paths, "path"),
         ):
             counts.add_record(key(rec.get(field_)), len(found))
+        dialects.add_record(label_of(rec.get("path")), len(found))
         reasons.add(found_reasons)
         tools.add(found_tools)
         for f, reason, tool in zip(found, found_reasons, found_tools, strict=True):
@@ -416,6 +422,7 @@ def summarize(
         upstreams=upstreams.tallies(),
         actions=actions.tallies(),
         request_paths=request_paths.tallies(),
+        dialects=dialects.tallies(),
         first=first,
         last=last,
         width=width,
@@ -540,6 +547,7 @@ def render_text(summary: Summary) -> str:
     out.extend(_table("tenant", summary.tenants, summary.tenant))
     out.extend(_table("upstream", summary.upstreams))
     out.extend(_table("action", summary.actions))
+    out.extend(_table("dialect", summary.dialects))
     out.extend(_table("path", summary.request_paths))
     if summary.timeline:
         out.append(f"findings per {summary.bucket} (UTC)")

@@ -274,6 +274,7 @@ def render_html(summary: Summary) -> str:
         ("upstream", summary.upstreams),
         ("action", summary.actions),
         ("event", summary.events),
+        ("dialect", summary.dialects),
         ("path", summary.request_paths),
     ):
         out.extend(_tally_table(title, rows))

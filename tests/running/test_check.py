@@ -224,6 +224,7 @@ def test_article_example_json(
             "line": None,
             "element": None,
             "kind": "request",
+            "dialect": "responses",
             "where": "input[1]",
             "outcome": "block",
             "finding": expected | {"action": "block", "message": said},

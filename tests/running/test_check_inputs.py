@@ -9,18 +9,19 @@ from typing import Any
 
 import pytest
 
+from proxy.running.check import CHAT_DOCUMENT
 from tests.builders import ARTICLE_TOOLS as TOOLS
 from tests.builders import SALES_SCHEMA, article_output
 from tests.running.test_check import CLEAN, DIRTY, check, sales_call
 
 GLOBAL = '{"region":"global"}'
-CHAT = (
-    "a Chat Completions body (messages, not input): the proxy gates Open Responses requests, and "
-    "sent as input its tool calls and tool results are envelope items"
+ORPHAN = (
+    "no function_call with call_id call_9 precedes this output: not inline, not behind an "
+    "item_reference, not in the previous_response_id chain the proxy recorded"
 )
-ENVELOPE = (
-    "a Chat Completions message (role: tool, tool_calls or tool_call_id) inside input: Open "
-    "Responses carries function_call and function_call_output items instead"
+ITEM_IN_MESSAGES = (
+    "an Open Responses item (function_call, function_call_output, item_reference) inside "
+    "messages: Chat Completions carries assistant tool_calls and role: tool messages instead"
 )
 ACTION = re.compile(r" \[(?:block|strip|rewrite|log)\]: (.*)$")
 ENUM = "region failed schema: expected one of apac, emea, amer"
@@ -30,6 +31,21 @@ CHAT_TOOLS = [
         "function": {"name": "get_latest_sales_report", "parameters": SALES_SCHEMA},
     }
 ]
+
+
+def chat_call(call_id: str, arguments: str) -> dict[str, Any]:
+    function = {"name": "get_latest_sales_report", "arguments": arguments}
+    return {"id": call_id, "type": "function", "function": function}
+
+
+def chat_json(call: dict[str, Any], answered: str) -> str:
+    """A Chat body with one call and one tool message answering `answered`."""
+    messages = [
+        {"role": "user", "content": "APAC?"},
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": answered, "content": "report"},
+    ]
+    return json.dumps({"model": "gpt", "tools": CHAT_TOOLS, "messages": messages})
 
 
 def response(*output: Any, tools: Any = TOOLS, **extra: Any) -> dict[str, Any]:
@@ -349,59 +365,65 @@ INPUTS = [
         id="audit-log-judged-again-with-its-arguments",
     ),
     pytest.param(
-        {
-            "chat.json": json.dumps(
-                {
-                    "model": "gpt",
-                    "tools": CHAT_TOOLS,
-                    "messages": [
-                        {"role": "user", "content": "APAC?"},
-                        {
-                            "role": "assistant",
-                            "tool_calls": [
-                                {
-                                    "id": "call_1",
-                                    "type": "function",
-                                    "function": {
-                                        "name": "get_latest_sales_report",
-                                        "arguments": GLOBAL,
-                                    },
-                                }
-                            ],
-                        },
-                        {"role": "tool", "tool_call_id": "call_1", "content": "report"},
-                    ],
-                }
-            )
-        },
+        {"chat.json": chat_json(chat_call("call_1", GLOBAL), "call_1")},
         [],
         [
-            (f"chat.json: {CHAT}"),
-            (f"chat.json: messages[1] - -: envelope [block]: {ENVELOPE}"),
-            (f"chat.json: messages[2] call_1 -: envelope [block]: {ENVELOPE}"),
+            (f"chat.json: {CHAT_DOCUMENT}"),
+            (
+                "chat.json: messages[2] call_1 get_latest_sales_report: "
+                f"arguments_schema [block]: {ENUM}"
+            ),
+        ],
+        [("chat.json", None, "messages[2]", "arguments_schema")],
+        1,
+        id="chat-completions",
+    ),
+    pytest.param(
+        {"chat.json": chat_json(chat_call("call_1", GLOBAL), "call_9")},
+        [],
+        [
+            (f"chat.json: {CHAT_DOCUMENT}"),
+            (f"chat.json: messages[2] call_9 -: orphan [block]: {ORPHAN}"),
             (
                 "chat.json: messages[1].tool_calls[0] call_1 get_latest_sales_report: "
                 f"arguments_schema [block]: {ENUM}"
             ),
         ],
         [
-            ("chat.json", None, "messages[1]", "envelope"),
-            ("chat.json", None, "messages[2]", "envelope"),
+            ("chat.json", None, "messages[2]", "orphan"),
             ("chat.json", None, "messages[1].tool_calls[0]", "arguments_schema"),
         ],
         1,
-        id="chat-completions",
+        id="chat-completions-an-orphan-and-a-call-not-answered-yet",
     ),
     pytest.param(
         {"chat.json": json.dumps({"model": "gpt", "messages": [{"role": "user", "content": "x"}]})},
         [],
-        [
-            (f"chat.json: {CHAT}"),
-            (f"chat.json: messages - -: envelope [block]: {CHAT}"),
-        ],
-        [("chat.json", None, "messages", "envelope")],
-        1,
+        [(f"chat.json: {CHAT_DOCUMENT}")],
+        [],
+        0,
         id="chat-completions-without-tools",
+    ),
+    pytest.param(
+        {
+            "chat.json": json.dumps(
+                {
+                    "model": "gpt",
+                    "messages": [
+                        {"role": "user", "content": "x"},
+                        {"type": "function_call_output", "call_id": "call_1", "output": "x"},
+                    ],
+                }
+            )
+        },
+        [],
+        [
+            (f"chat.json: {CHAT_DOCUMENT}"),
+            (f"chat.json: messages[1] call_1 -: envelope [block]: {ITEM_IN_MESSAGES}"),
+        ],
+        [("chat.json", None, "messages[1]", "envelope")],
+        1,
+        id="chat-completions-with-an-open-responses-item",
     ),
     pytest.param(
         {

@@ -134,6 +134,26 @@ TWO_FINDINGS = audit_record(at(9), sales(), orphan_finding(), tenant="t_a", upst
             id="by-event",
         ),
         pytest.param(
+            [
+                audit_record(at(9), path="/v1/chat/completions"),
+                audit_record(at(9), sales(), orphan_finding(), path="/v1/chat/completions"),
+                audit_record(at(9)),
+                audit_record(at(9), path="/v1/responses/compact"),
+                audit_record(at(9), path="/mcp/orders"),
+            ],
+            lambda s: (rows(s.dialects), rows(s.request_paths)),
+            (
+                [("chat", 2, 3), ("responses", 2, 2), (None, 1, 1)],
+                [
+                    ("/v1/chat/completions", 2, 3),
+                    ("/mcp/orders", 1, 1),
+                    ("/v1/responses", 1, 1),
+                    ("/v1/responses/compact", 1, 1),
+                ],
+            ),
+            id="by-dialect-as-the-path-says",
+        ),
+        pytest.param(
             [audit_record(at(9), tenant=["odd"])],
             lambda s: rows(s.tenants),
             [('["odd"]', 1, 1)],
@@ -506,3 +526,16 @@ def test_no_records_still_make_a_report() -> None:
     assert render_text(summary).startswith("audit report: 0 records, 0 findings")
     assert "nothing: no record has action log" in render_text(summary)
     assert "a.jsonl:1</code>: not JSON" in render_html(summary)
+
+
+def test_the_text_and_the_page_name_the_dialect_of_chat_records() -> None:
+    summary = summarize(
+        ["a.jsonl"], entries(audit_record(at(9), path="/v1/chat/completions"), audit_record(at(9)))
+    )
+    lines = render_text(summary).splitlines()
+    at_table = lines.index("dialect    requests  findings")
+    assert lines[at_table + 1 : at_table + 3] == [
+        "chat              1         1",
+        "responses         1         1",
+    ]
+    assert "<th>dialect</th>" in render_html(summary)

@@ -2,38 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.builders import audit_records
 from tests.fixture_types import ProxyFactory
-
-PROJECT = Path(__file__).resolve().parents[1] / "clients" / "aisdk"
-INSTALL = "npm ci --prefix tests/clients/aisdk"
+from tests.server.aisdk import run_script
 
 
 async def tool_run(base: str, prompt: str) -> str:
     """`generateText` with one tool and two steps against `base`; the final text it prints."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail(f"node is not installed (it runs the AI SDK client; then: {INSTALL})")
-    if not (PROJECT / "node_modules" / "@ai-sdk" / "open-responses").is_dir():
-        pytest.fail(f"the AI SDK client is not installed: run `{INSTALL}`")
-    # Run without blocking the event loop: the proxy under test serves on this same loop.
-    process = await asyncio.create_subprocess_exec(
-        node,
-        str(PROJECT / "tool_run.mjs"),
-        base,
-        prompt,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    assert process.returncode == 0, err.decode(errors="replace")
-    return out.decode()
+    status, out, err = await run_script("tool_run.mjs", "open-responses", base, prompt)
+    assert status == 0, err
+    return out
 
 
 @pytest.mark.parametrize(

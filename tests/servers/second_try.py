@@ -24,7 +24,7 @@ GOOD_ARGUMENTS = '{"order_id":"A-1042"}'
 FINAL_TEXT = "done: "
 
 
-def _told_why(output: Any) -> bool:
+def told_why(output: Any) -> bool:
     """Whether a tool output is a failure record that says the call was not executed."""
     if not isinstance(output, str):
         return False
@@ -49,7 +49,7 @@ class SecondTryUpstream(StrictUpstream):
             outputs.insert(0, item)
         if not outputs:
             return self.call(BAD_ARGUMENTS)
-        if any(_told_why(o.get("output")) for o in outputs):
+        if any(told_why(o.get("output")) for o in outputs):
             return self.call(GOOD_ARGUMENTS)
         text = FINAL_TEXT + "; ".join(str(o.get("output")) for o in outputs)
         return {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,16 @@ def refusal(messages: list[Any]) -> str | None:
     return None
 
 
+def refused_answer(body: dict[str, Any]) -> web.Response | None:
+    """The 400 a strict server answers a body with, or None when it takes it."""
+    messages = body.get("messages")
+    why = refusal(messages) if isinstance(messages, list) else "messages: required"
+    if why is None:
+        return None
+    error = {"type": "invalid_request_error", "code": None, "message": why, "param": None}
+    return web.json_response({"error": error}, status=400)
+
+
 def completion(text: str) -> dict[str, Any]:
     return {
         "id": "chatcmpl-1",
@@ -73,11 +83,9 @@ class StrictChat:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
-        messages = body.get("messages")
-        why = refusal(messages) if isinstance(messages, list) else "messages: required"
-        if why is not None:
-            error = {"type": "invalid_request_error", "code": None, "message": why, "param": None}
-            return web.json_response({"error": error}, status=400)
+        if (refused := refused_answer(body)) is not None:
+            return refused
+        messages = body["messages"]
         tools = [m for m in messages if m.get("role") == "tool"]
         users = [m for m in messages if m.get("role") == "user"]
         if tools:
@@ -94,11 +102,20 @@ class StrictChat:
 
 
 @contextlib.asynccontextmanager
+async def serving_chat(
+    handle: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """`handle` answering `POST /v1/chat/completions` on a free loopback port: its base URL."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    async with serving(app) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
 async def serve() -> AsyncIterator[StrictChat]:
     upstream = StrictChat()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", upstream.handle)
-    async with serving(app) as upstream.url:
+    async with serving_chat(upstream.handle) as upstream.url:
         yield upstream
 
 
