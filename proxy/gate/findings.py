@@ -141,6 +141,13 @@ def _call(f: Finding) -> str:
 
 
 def _orphan(f: Finding) -> str:
+    if _in_messages(f):
+        if f.call_id is None:
+            return "this tool message has no tool_call_id (or one that is not a string)"
+        return (
+            f"no tool_calls entry with id {f.call_id} in an earlier assistant message: this "
+            "tool message answers no call"
+        )
     if f.call_id is None:
         return (
             "this output has no call_id (or one that is not a string): it answers no call, so "
@@ -153,12 +160,19 @@ def _orphan(f: Finding) -> str:
 
 
 def _orphan_headline(f: Finding) -> str:
+    if _in_messages(f):
+        return "no earlier tool call has this tool_call_id"
     if f.call_id is None:
         return "the output has no string call_id"
     return f"no {_call(f)} with this call_id precedes it"
 
 
 def _duplicate(f: Finding) -> str:
+    if _in_messages(f):
+        return (
+            f"more than one tool_calls entry, or more than one tool message, has id {f.call_id}: "
+            "which one was answered is ambiguous"
+        )
     return (
         f"more than one {_call(f)}, or more than one output, has call_id {f.call_id}: "
         "which one was answered is ambiguous"
@@ -166,6 +180,13 @@ def _duplicate(f: Finding) -> str:
 
 
 def _status(f: Finding) -> str:
+    if _in_messages(f):
+        # A Chat message carries no status: the proxy's record of its completion says it.
+        return (
+            "the proxy relayed this tool call in a completion that was cut short "
+            "(finish_reason length or content_filter, or a stream that never ended): a "
+            "replayed call must be complete"
+        )
     said = f.detail or "status is not completed"
     return f"{said}: a replayed {_call(f)} must be completed"
 

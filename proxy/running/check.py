@@ -148,7 +148,13 @@ class Checker:
         answers yet, on its own as its replay would be (`messages[i].tool_calls[j]`)."""
         body = document.value
         view = CHAT_COMPLETIONS.view(body)
-        verdict = view.located(inspect(view.body, self.policy, caches=self.caches))
+        # As the live path does once it read the ledger: a call the ledger (given with
+        # --ledger) holds is judged by the status it was relayed with, any other as completed.
+        recorded = None if self.recorded is None else self.recorded(view.body)
+        view.settle(recorded)
+        verdict = view.located(
+            inspect(view.body, self.policy, recorded or NOTHING_RECORDED, self.caches)
+        )
         reported = []
         for f in verdict.findings:
             said = message(f)

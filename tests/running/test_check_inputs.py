@@ -19,6 +19,10 @@ ORPHAN = (
     "no function_call with call_id call_9 precedes this output: not inline, not behind an "
     "item_reference, not in the previous_response_id chain the proxy recorded"
 )
+CHAT_ORPHAN = (
+    "no tool_calls entry with id call_9 in an earlier assistant message: this tool message "
+    "answers no call"
+)
 ITEM_IN_MESSAGES = (
     "an Open Responses item (function_call, function_call_output, item_reference) inside "
     "messages: Chat Completions carries assistant tool_calls and role: tool messages instead"
@@ -383,7 +387,7 @@ INPUTS = [
         [],
         [
             (f"chat.json: {CHAT_DOCUMENT}"),
-            (f"chat.json: messages[2] call_9 -: orphan [block]: {ORPHAN}"),
+            (f"chat.json: messages[2] call_9 -: orphan [block]: {CHAT_ORPHAN}"),
             (
                 "chat.json: messages[1].tool_calls[0] call_1 get_latest_sales_report: "
                 f"arguments_schema [block]: {ENUM}"

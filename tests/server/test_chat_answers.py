@@ -106,7 +106,7 @@ async def test_a_call_of_a_cut_completion_fails_status(
     assert (status, reasons(got)) == (400, ["status"])
     [found] = json.loads(got)["error"]["findings"]
     assert found["param"] == "messages[2]"
-    assert "the proxy relayed this call as incomplete" in found["message"]
+    assert "relayed this tool call in a completion that was cut short" in found["message"]
     # A call the proxy never relayed says nothing of its status: it is complete.
     status, _ = await post(http, base, turn([USER, calls(entry("c9")), tool("c9")]), ALICE)
     assert status == 200
