@@ -45,6 +45,11 @@ def lookup_order(arguments: Mapping[str, Any]) -> str:
     return f"order {arguments.get('order_id')}: shipped"
 
 
+def replays(tmp_path: Path) -> list[dict[str, Any]]:
+    """The audit records of replays the gate refused (not door 2's of the model's own calls)."""
+    return [r for r in audit_records(tmp_path) if r["event"] == "replay_rejected"]
+
+
 class LoopNotEnded(AssertionError):
     """The model was still calling tools after MAX_TURNS completions."""
 
@@ -95,7 +100,9 @@ class ChatClientLoops:
         # Only the first turn went upstream: the tool's result for the bad call never did.
         assert len(chat.requests) == 1
         assert chat.tool_messages() == []
-        [record] = audit_records(tmp_path)
+        # (Door 2's record of the model's breaking call, written once its answer went out, is
+        # tests/server/test_chat_answers.py's.)
+        [record] = replays(tmp_path)
         assert (record["action"], record["path"]) == ("block", "/v1/chat/completions")
         assert [f["reason"] for f in record["findings"]] == ["arguments_schema"]
 
@@ -116,6 +123,6 @@ class ChatClientLoops:
         )
         assert [f["path"] for f in record["fail"]] == ["/order_id", "/refund"]
         assert result == f"order {ORDER}: shipped"
-        records = audit_records(tmp_path)
+        records = replays(tmp_path)
         assert records
         assert {(r["action"], r["path"]) for r in records} == {("rewrite", "/v1/chat/completions")}
