@@ -288,7 +288,7 @@ class Exchange:
         given = values("mcp-session-id")
         session = given[0] if given else None
         key = (ledger_key(self.tenant), server, session or "")
-        self.mcp = McpSession(server, session, key, route)
+        self.mcp = McpSession(server, session, key, route, ends=method == "DELETE")
         if method != "POST" or not has_body:
             self.outcome = Outcome.FORWARD
             self.state = _UPSTREAM
@@ -429,7 +429,7 @@ class Exchange:
         assert self.target is not None
         session = self.mcp
         if session is not None:
-            dialect: Dialect = McpCalls(session.server, self.services.tool_lists.tools(session.key))
+            dialect: Dialect = McpCalls(session.server, self.services.tool_lists, session.key)
             request = pipeline.Request(
                 raw,
                 session.path,
@@ -482,6 +482,7 @@ class Exchange:
             parsed = request.dialect.parse(decided.data)
             assert isinstance(request.dialect, McpCalls)
             session.asked, session.raw = request.dialect.asked(parsed), raw
+            session.listed = request.dialect.listed
         if decided.record:
             self.recording = self._recording(request, decided)
         return decided
