@@ -544,8 +544,15 @@ class Exchange:
                 content_encoding,
                 limit,
                 self.request_id,
+                length,
             )
         return self.added
+
+    def begin(self) -> Awaitable[None]:
+        """The answer's head is about to go to the client, to await: an MCP session's end
+        forgets its list before the client learns it ended."""
+        tap = self.tap
+        return tap.begin() if isinstance(tap, McpTap) and tap.session.ends else _NOTHING
 
     def chunk(self, data: bytes) -> Awaitable[None]:
         """A chunk of the answer, to await before it goes on: a follow-up sent the moment the

@@ -73,10 +73,14 @@ class McpTap:
         content_encoding: str,
         limit: int,
         request_id: str,
+        content_length: int | None = None,
     ) -> None:
         self.lists = lists
         self.session = session
         self.limit = limit
+        # A JSON answer is read at its last byte, before that chunk goes on: a request sent the
+        # moment the client has it (to another worker too) finds the list it recorded.
+        self.expected = content_length
         self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
         self.pending = bytearray()
         self.results: list[tuple[str, Any]] = []  # (tool, result) of each tools/call answered
@@ -94,12 +98,17 @@ class McpTap:
         if len(self.pending) > self.limit:
             self.done = True  # too large to keep a copy of: it goes by unread
             self.pending.clear()
+        elif self.expected is not None and len(self.pending) >= self.expected:
+            await self.finish()
 
-    async def finish(self) -> None:
-        """The answer ended whole: a JSON one is read now; a DELETE's (the server ended the
-        session) forgets the session's list."""
+    async def begin(self) -> None:
+        """The answer's head is about to go to the client: a DELETE's success (the server
+        ended the session) forgets the session's list first."""
         if self.session.ends:
             await self.lists.forget(self.session.key)
+
+    async def finish(self) -> None:
+        """The answer ended whole: a JSON one is read now."""
         if self.done or self.sse:
             return
         self.done = True
