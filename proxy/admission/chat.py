@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from proxy.admission import body
 from proxy.gate import items
 from proxy.gate.call_limits import CHAT_LIMITS, CallLimits
+from proxy.gate.errors import ProxyError
 from proxy.gate.vocabulary import CORE
 
 if TYPE_CHECKING:
@@ -204,8 +205,13 @@ class ChatCompletions:
     def view(self, parsed: Mapping[str, Any]) -> ChatView:
         return ChatView(parsed)
 
+    async def load(self, parsed: Mapping[str, Any]) -> None:
+        return None
+
     def answer(self, parsed: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:
         return None
+
+    unavailable = staticmethod(ProxyError.document)
 
     def sent(self, parsed: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
         """The messages the verdict located (`ChatView.located`) in the body."""

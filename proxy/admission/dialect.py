@@ -19,6 +19,7 @@ from proxy.admission import body
 from proxy.admission.chat import ChatCompletions
 from proxy.gate import items
 from proxy.gate.call_limits import CallLimits
+from proxy.gate.errors import ProxyError
 
 if TYPE_CHECKING:
     from proxy.gate.pairing import Recorded
@@ -81,10 +82,20 @@ class Dialect(Protocol):
         """The body as the gate reads it."""
         ...
 
+    async def load(self, parsed: Mapping[str, Any]) -> None:
+        """Read, before the body is shown to the gate, what the store holds that it is judged
+        against beyond the ledger's view (MCP: the tools its session listed). Raises
+        LedgerFault."""
+
     def answer(self, parsed: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:
         """The answer the proxy gives in the API's own terms instead of forwarding (an MCP
         call refused: a tool error, a JSON-RPC error), or None: the verdict goes the usual way
         (forwarded, or blocked with a 400)."""
+
+    def unavailable(self, error: ProxyError) -> dict[str, Any]:
+        """The body of the answer to a request the proxy could not judge for a fault of its
+        own (`error`, a 503): the API's error shape."""
+        ...
 
     def call_limits(self, vendor: str | None) -> CallLimits | None:
         """What this API of `vendor` refuses in a replayed call beyond the spec's item
@@ -134,8 +145,13 @@ class OpenResponses:
         # The gate's own vocabulary: read as it is, and its verdict already in the body's terms.
         return _Whole(parsed)
 
+    async def load(self, parsed: Mapping[str, Any]) -> None:
+        return None
+
     def answer(self, parsed: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:
         return None
+
+    unavailable = staticmethod(ProxyError.document)
 
     def call_limits(self, vendor: str | None) -> CallLimits | None:
         return None  # the spec's item schema is the Responses API's

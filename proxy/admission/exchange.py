@@ -288,7 +288,7 @@ class Exchange:
         given = values("mcp-session-id")
         session = given[0] if given else None
         key = (ledger_key(self.tenant), server, session or "")
-        self.mcp = McpSession(server, session, key, route)
+        self.mcp = McpSession(server, session, key, route, ends=method == "DELETE")
         if method != "POST" or not has_body:
             self.outcome = Outcome.FORWARD
             self.state = _UPSTREAM
@@ -435,7 +435,7 @@ class Exchange:
         assert self.target is not None
         session = self.mcp
         if session is not None:
-            dialect: Dialect = McpCalls(session.server, self.services.tool_lists.tools(session.key))
+            dialect: Dialect = McpCalls(session.server, self.services.tool_lists, session.key)
             request = pipeline.Request(
                 raw,
                 session.path,
@@ -488,6 +488,7 @@ class Exchange:
             parsed = request.dialect.parse(decided.data)
             assert isinstance(request.dialect, McpCalls)
             session.asked, session.raw = request.dialect.asked(parsed), raw
+            session.listed = request.dialect.listed
         if decided.record:
             self.recording = self._recording(request, decided)
         return decided
@@ -550,8 +551,15 @@ class Exchange:
                 content_encoding,
                 limit,
                 self.request_id,
+                length,
             )
         return self.added
+
+    def begin(self) -> Awaitable[None]:
+        """The answer's head is about to go to the client, to await: an MCP session's end
+        forgets its list before the client learns it ended."""
+        tap = self.tap
+        return tap.begin() if isinstance(tap, McpTap) and tap.session.ends else _NOTHING
 
     def chunk(self, data: bytes) -> Awaitable[None]:
         """A chunk of the answer, to await before it goes on: a follow-up sent the moment the

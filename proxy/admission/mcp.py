@@ -4,7 +4,8 @@ to the gate in the Open Responses vocabulary, and the gate's verdict answered in
 Each `tools/call` is a `function_call` in the namespace of its server (`<server>/<tool>`, as a pin
 names it; a pin by the bare name holds too) with its `params.arguments` as the call's arguments,
 answered by an output so that the gate judges it; the tools are those the session's
-`tools/list` gave (see `proxy.state.tool_lists`). Other messages are not shown: they pass.
+`tools/list` gave, read from the ledger's store before the body is judged (`load`, see
+`proxy.state.tool_lists`). Other messages are not shown: they pass.
 
 A call that fails is never forwarded under `rewrite` or `block`: the proxy answers it itself,
 with a `CallToolResult` whose `isError` is true, its text the failure record's sentence and its
@@ -24,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from proxy.admission import body
 from proxy.gate import items
 from proxy.gate.call_limits import MCP_LIMITS, CallLimits
+from proxy.gate.errors import ProxyError
 from proxy.gate.records import failure_record
-from proxy.state.tool_lists import Listed
+from proxy.state.tool_lists import Listed, SessionKey, ToolLists
 
 if TYPE_CHECKING:
     from proxy.gate.findings import Finding
@@ -46,6 +48,7 @@ FAILURE_META = "replay-proxy/failure"
 # JSON-RPC 2.0's codes.
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +78,34 @@ class McpCalls:
     websocket = False
     continues = False
 
-    def __init__(self, server: str, listed: Mapping[str, Listed]) -> None:
+    def __init__(self, server: str, lists: ToolLists, key: SessionKey) -> None:
         self.server = server
-        self.listed = listed
+        self.lists = lists
+        self.key = key
+        # The called tools of the session's list (`load`); None: it could not be read and the
+        # ledger fails open, so the calls go unjudged.
+        self.listed: Mapping[str, Listed] | None = {}
         self.paths: Mapping[str, str] = {PREFIX + server: ROUTE}
+
+    async def load(self, parsed: Mapping[str, Any]) -> None:
+        """The tools the body calls, as the session's list names them: one read of the store
+        when it calls any. Raises LedgerFault."""
+        names = {
+            name
+            for message in parsed[MESSAGES]
+            if isinstance(message, dict) and message.get("method") == TOOLS_CALL
+            if isinstance(params := message.get("params"), dict)
+            if isinstance(name := params.get("name"), str)
+        }
+        if names:
+            self.listed = await self.lists.tools(self.key, names)
+
+    def unavailable(self, error: ProxyError) -> dict[str, Any]:
+        """A fault of the proxy's in JSON-RPC terms, as Streamable HTTP has an error status
+        carry one: no id, the proxy's code in `data`."""
+        data = {"type": error.type, "code": error.code}
+        failure = {"code": INTERNAL_ERROR, "message": error.message, "data": data}
+        return {"jsonrpc": "2.0", "id": None, "error": failure}
 
     def parse(self, decoded: bytes) -> dict[str, Any]:
         """A message or a batch of them, as `{"mcp": [...], "batch": bool}`."""
@@ -133,7 +160,8 @@ class McpCalls:
         if finding.action == "rewrite":
             record = failure_record(finding)
             result: dict[str, Any] = {"content": [{"type": "text", "text": record["error"]}]}
-            tool = self.listed.get(finding.name) if finding.name is not None else None
+            listed = self.listed or {}
+            tool = listed.get(finding.name) if finding.name is not None else None
             if tool is None or tool.output_schema is None:
                 result["structuredContent"] = record
             else:
@@ -165,11 +193,15 @@ class McpView:
 
     __slots__ = ("batch", "body", "places")
 
-    def __init__(self, parsed: Mapping[str, Any], server: str, listed: Mapping[str, Listed]):
+    def __init__(
+        self, parsed: Mapping[str, Any], server: str, listed: Mapping[str, Listed] | None
+    ) -> None:
         shown: list[dict[str, Any]] = []
         self.places: list[int] = []
         self.batch = bool(parsed[BATCH])
-        for m, message in enumerate(parsed[MESSAGES]):
+        # A list that could not be read, the ledger failing open: no call is shown.
+        messages = parsed[MESSAGES] if listed is not None else ()
+        for m, message in enumerate(messages):
             if not isinstance(message, dict) or message.get("method") != TOOLS_CALL:
                 continue
             params = message.get("params")
@@ -189,7 +221,7 @@ class McpView:
             self.places += [m, m]
         functions = [
             {"type": "function", "name": name, "parameters": tool.input_schema}
-            for name, tool in listed.items()
+            for name, tool in (listed or {}).items()
         ]
         tools = [{"type": items.NAMESPACE, "name": server, "tools": functions}]
         self.body: dict[str, Any] = {"input": shown, "tools": tools}

@@ -29,7 +29,7 @@ from proxy.gate.findings import Finding
 from proxy.gate.reasons import Reason
 from proxy.gate.verdict import Bounds
 from proxy.state.audit import AuditLog, Relayed, emitted_record
-from proxy.state.tool_lists import SessionKey, ToolLists
+from proxy.state.tool_lists import Listed, SessionKey, ToolLists
 
 log = logging.getLogger("replay_proxy")
 
@@ -50,8 +50,12 @@ class McpSession:
     session: str | None
     key: SessionKey
     route: Route
+    ends: bool = False  # a DELETE: the session's end, its list forgotten once the server agrees
     asked: Mapping[Any, Asked] = field(default_factory=dict)
     raw: bytes | None = None
+    # The called tools as the session's list named them when the body was judged (None: not
+    # read, the ledger failing open).
+    listed: Mapping[str, Listed] | None = None
 
     @property
     def path(self) -> str:
@@ -69,10 +73,14 @@ class McpTap:
         content_encoding: str,
         limit: int,
         request_id: str,
+        content_length: int | None = None,
     ) -> None:
         self.lists = lists
         self.session = session
         self.limit = limit
+        # A JSON answer is read at its last byte, before that chunk goes on: a request sent the
+        # moment the client has it (to another worker too) finds the list it recorded.
+        self.expected = content_length
         self.sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
         self.pending = bytearray()
         self.results: list[tuple[str, Any]] = []  # (tool, result) of each tools/call answered
@@ -86,19 +94,28 @@ class McpTap:
             return
         self.pending += chunk
         if self.sse:
-            self._events()
+            await self._events()
         if len(self.pending) > self.limit:
             self.done = True  # too large to keep a copy of: it goes by unread
             self.pending.clear()
+        elif self.expected is not None and len(self.pending) >= self.expected:
+            await self.finish()
+
+    async def begin(self) -> None:
+        """The answer's head is about to go to the client: a DELETE's success (the server
+        ended the session) forgets the session's list first."""
+        if self.session.ends:
+            await self.lists.forget(self.session.key)
 
     async def finish(self) -> None:
+        """The answer ended whole: a JSON one is read now."""
         if self.done or self.sse:
             return
         self.done = True
-        self._read(bytes(self.pending))
+        await self._read(bytes(self.pending))
         self.pending.clear()
 
-    def _events(self) -> None:
+    async def _events(self) -> None:
         pending = self.pending
         start = 0
         while (match := _EVENT_END.search(pending, start)) is not None:
@@ -109,22 +126,22 @@ class McpTap:
             ]
             start = match.end()
             if data:
-                self._read(b"\n".join(data))
+                await self._read(b"\n".join(data))
         del pending[:start]
 
-    def _read(self, data: bytes) -> None:
+    async def _read(self, data: bytes) -> None:
         try:
             found = orjson.loads(data)
         except orjson.JSONDecodeError:
             return
         for message in found if isinstance(found, list) else [found]:
             if isinstance(message, dict):
-                self._message(message)
+                await self._message(message)
 
-    def _message(self, message: Mapping[str, Any]) -> None:
+    async def _message(self, message: Mapping[str, Any]) -> None:
         key = self.session.key
         if message.get("method") == LIST_CHANGED:
-            self.lists.changed(key)
+            await self.lists.changed(key)
             return
         result = message.get("result")
         ident = message.get("id")
@@ -134,7 +151,7 @@ class McpTap:
         if asked is None:
             return
         if asked.method == TOOLS_LIST:
-            self.lists.page(key, result.get("tools"), first=asked.first)
+            await self.lists.page(key, result.get("tools"), first=asked.first)
         elif asked.name is not None:
             self.results.append((asked.name, result))
 
@@ -149,9 +166,10 @@ def check_results(
 ) -> None:
     """Door 2 for MCP: each tool result the tap saw, its `structuredContent` against the
     `outputSchema` the session's list gives its tool (a pin holds no output schema). A tool
-    error (`isError`) is the tool's own answer, not checked."""
+    error (`isError`) is the tool's own answer, not checked. The list is the one the call was
+    judged against (read when its body was admitted)."""
     session = tap.session
-    listed = tap.lists.tools(session.key)
+    listed = session.listed or {}
     policy = session.route.gate
     for name, result in tap.results:
         tool = listed.get(name)

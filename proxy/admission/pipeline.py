@@ -173,11 +173,13 @@ async def admit(
     policy = routed.policy
     asked = parsed  # as the client sent it: the audit record's model and previous response
     try:
+        await dialect.load(parsed)
         parsed, seen, view, changed = await _continued(request, config, routed, parsed, ledger)
     except LedgerFault:
         # The proxy's fault, not the request's: a 503 the SDKs retry, never an `orphan`.
         metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream, dialect.label)
-        return answer_to(LEDGER_UNAVAILABLE)
+        failure = LEDGER_UNAVAILABLE
+        return Answer(failure.status, dialect.unavailable(failure), failure.headers)
     except ProxyError as exc:
         metrics.count(label, Outcome.INVALID, upstream, dialect.label)
         return answer_to(exc)

@@ -1,11 +1,12 @@
 """The services every front opens once and passes down, opened by one function: the metrics,
-the audit log, the ledger (its faults and writes counted) and door 2's checks."""
+the audit log, the ledger (its faults and writes counted), the MCP sessions' tool lists (in
+the ledger's store) and door 2's checks."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from proxy import settings
 from proxy.admission.emitted import EmittedChecks
@@ -13,7 +14,7 @@ from proxy.settings import ConfigError
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger, LedgerStats
 from proxy.state.metrics import Metrics
-from proxy.state.stores import MemoryStore, open_store
+from proxy.state.stores import MemoryStore, open_lists, open_store
 from proxy.state.tool_lists import ToolLists
 
 
@@ -25,8 +26,8 @@ class Services:
     audit_log: AuditLog
     ledger: Ledger
     emitted: EmittedChecks
-    # What each MCP session's server listed (this process's own).
-    tool_lists: ToolLists = field(default_factory=ToolLists)
+    # What each MCP session's server listed, in the ledger's store.
+    tool_lists: ToolLists
 
 
 @contextlib.asynccontextmanager
@@ -46,7 +47,8 @@ async def open_services(
         try:
             emitted = EmittedChecks(audit_log, metrics)
             try:
-                yield Services(metrics, audit_log, opened, emitted)
+                lists = ToolLists(open_lists(opened.store, ledger), opened)
+                yield Services(metrics, audit_log, opened, emitted, lists)
             finally:
                 await emitted.close()
         finally:

@@ -20,6 +20,7 @@ from proxy.gate.records import read_finding
 from proxy.gate.verdict import inspect
 from proxy.gate.vocabulary import PayloadCheck, Role, vocabulary_of
 from proxy.running.documents import Document, UnreadableDocument
+from proxy.state.tool_lists import page_of
 
 # What `check` says of every Chat Completions body it reads: which of the proxy's dialects it is.
 CHAT_DOCUMENT = "a Chat Completions body: judged as the proxy gates POST /v1/chat/completions"
@@ -81,6 +82,9 @@ class Checker:
         # The kinds of item the target upstream speaks (`--vendor`): which calls carry arguments
         # or input to judge, and how each is paired.
         self.vocabulary = vocabulary_of(policy.vendor)
+        # The tools of the MCP `tools/list` results read so far (a later one's win by name),
+        # as the proxy keeps a session's list: each `tools/call` after them is judged by them.
+        self.mcp_tools: dict[str, Any] = {}
 
     def check(self, document: Document) -> Checked:
         if document.kind == "response":
@@ -89,7 +93,43 @@ class Checker:
             return self.audit_record(document)
         if document.kind == "chat_completions":
             return self.chat_completions(document)
+        if document.kind == "mcp_message":
+            return self.mcp_message(document)
         return self.request(document)
+
+    def mcp_message(self, document: Document) -> Checked:
+        """An MCP JSON-RPC message: a `tools/list` result adds its tools to those read; a
+        `tools/call` is judged, its `params.arguments` (an object; missing counts as `{}`)
+        against the pinned schema or the listed `inputSchema` of its tool, as the proxy's MCP
+        door judges it. Other messages pass."""
+        sent = document.value
+        result = sent.get("result")
+        if isinstance(result, dict) and isinstance(result.get("tools"), list):
+            for name, tool in page_of(result["tools"]):
+                self.mcp_tools[name] = tool.input_schema
+            return Checked(document, Outcome.FORWARD)
+        params = sent.get("params")
+        if sent.get("method") != "tools/call" or not isinstance(params, dict):
+            return Checked(document, Outcome.FORWARD)
+        arguments = params.get("arguments", {})
+        call = {
+            "type": items.FUNCTION_CALL,
+            "call_id": "mcp",
+            "name": params.get("name"),
+            "status": "completed",
+            # Anything but an object is no object, whatever its type (as the door reads it).
+            "arguments": json.dumps(arguments) if isinstance(arguments, dict) else [arguments],
+        }
+        tools = [
+            {"type": "function", "name": name, "parameters": schema}
+            for name, schema in self.mcp_tools.items()
+        ]
+        finding = self.judge_call(call, tools)
+        if finding is None:
+            return Checked(document, Outcome.FORWARD)
+        finding = replace(finding, call_id=None, param="params")
+        reported = Reported(_via(document, "params"), finding, message(finding))
+        return Checked(document, _strictest([finding]), (reported,))
 
     def request(self, document: Document) -> Checked:
         body = document.value

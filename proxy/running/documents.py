@@ -1,6 +1,7 @@
 """What `check` reads: files of JSON or JSON Lines, each value found as the kind of document it
 is (a request body, a wrapped one, a response, an input_items list, an audit record, a Chat
-Completions body), and each line that cannot be read named by file and line."""
+Completions body, an MCP JSON-RPC message), and each line that cannot be read named by file and
+line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from typing import Any, Literal
 
 from proxy.gate import items, strictjson
 
-Kind = Literal["request", "items", "response", "input_items", "audit_record", "chat_completions"]
+Kind = Literal[
+    "request",
+    "items",
+    "response",
+    "input_items",
+    "audit_record",
+    "chat_completions",
+    "mcp_message",
+]
 
 # The keys a log line wraps a request (or response) under, looked for in this order; nested up
 # to _MAX_WRAPPING deep (`{"request": {"body": {...}}}`), as an object or a JSON string.
@@ -176,8 +185,10 @@ def _found(name: str, line: int | None, value: Any) -> Iterator[Document | Unrea
 
 
 _NOT_A_DOCUMENT = (
-    "not a request body, response, input_items list, audit record, Chat Completions body or "
-    "array of items (a log line is read when it wraps one under " + ", ".join(WRAPPERS) + ")"
+    "not a request body, response, input_items list, audit record, Chat Completions body, MCP "
+    "JSON-RPC message or array of items (a log line is read when it wraps one under "
+    + ", ".join(WRAPPERS)
+    + ")"
 )
 
 _Found = tuple[Kind, dict[str, Any], str | None, Any, bool]
@@ -198,6 +209,10 @@ def _classify(value: dict[str, Any], via: str | None, depth: int) -> Iterator[_F
         return
     if isinstance(value.get("event"), str) and isinstance(value.get("findings"), list):
         yield "audit_record", value, via, None, False
+        return
+    if value.get("jsonrpc") == "2.0" and ("method" in value or "result" in value):
+        # An MCP message: a tools/list result gives the tools, a tools/call is judged.
+        yield "mcp_message", value, via, None, False
         return
     if "input" in value:
         yield "request", value, via, None, False

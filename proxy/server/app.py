@@ -388,7 +388,9 @@ async def gate(
     if isinstance(decided, pipeline.Answer):
         error = decided.body.get("error")
         if decided.status >= 400 and isinstance(error, dict):
-            access.failed(error["code"])
+            # A JSON-RPC error (MCP) holds the proxy's own code in its data.
+            data = error.get("data")
+            access.failed(data["code"] if isinstance(data, dict) else error["code"])
         return answer(decided)
     upstream = current.upstreams[decided.upstream]
     if exchange.mcp is not None:

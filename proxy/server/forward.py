@@ -116,6 +116,7 @@ async def _stream(
     if delimited_by_close(request.method, answer) and answer.connection is not None:
         protocol = answer.connection.protocol
     try:
+        await exchange.begin()
         await response.prepare(request)
         feed = exchange.feeder()
         async for chunk in content.iter_any():

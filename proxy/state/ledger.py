@@ -113,7 +113,9 @@ class Ledger:
 
     def fault(self, operation: str, exc: LedgerFault) -> None:
         """Log and count a fault of the store's; what it costs depends on the operation."""
-        if operation != "read":
+        if operation == "tool_list":
+            cost = "an MCP session's tool list is not recorded"
+        elif operation != "read":
             cost = "the response is not recorded" if operation == "write" else "not known"
         elif self.fail_open:
             cost = "failing open: an unpaired output is let through"

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +17,7 @@ from proxy.gate.items import Item
 from proxy.state.encoding import as_stored, decode_response, encode_response
 from proxy.state.ledger import LedgerFault, Store
 from proxy.state.recording import COMPACTION, RecordedResponse
+from proxy.state.tool_lists import MAX_TOOLS, Listed, ListStore, MemoryLists, SessionKey
 
 log = logging.getLogger("replay_proxy")
 
@@ -33,6 +34,14 @@ def open_store(settings: settings.LedgerSettings) -> Store:
         ttl_s=settings.ttl_s,
         max_per_tenant=settings.per_tenant,
     )
+
+
+def open_lists(store: Store, settings: settings.LedgerSettings) -> ListStore:
+    """Where the MCP sessions' tool lists are kept: beside the ledger's responses, in Redis
+    (shared) or in this process's memory, for the ledger's TTL."""
+    if isinstance(store, RedisStore):
+        return RedisLists(store)
+    return MemoryLists(ttl_s=settings.ttl_s)
 
 
 class _Holdings:
@@ -408,5 +417,81 @@ class RedisStore:
     async def ping(self) -> None:
         await self._run(self._redis.ping())
 
+    def tool_list_key(self, key: SessionKey) -> bytes:
+        """The hash of an MCP session's tool list: `tool:<name>` fields, and `stale` while
+        its server's list changed since (a server's name has no colon; the session id ends
+        the key)."""
+        tenant, server, session = key
+        return self._key(tenant, f"mcp-tools@{server}", session)
+
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+# A page of a tools/list result, in one round trip: the first page empties the list, every page
+# makes it fresh, and past MAX_TOOLS tools only those already listed are updated.
+_PAGE_SCRIPT = """
+if ARGV[1] == '1' then redis.call('DEL', KEYS[1]) end
+redis.call('HDEL', KEYS[1], 'stale')
+local count = redis.call('HLEN', KEYS[1])
+local most = tonumber(ARGV[3])
+for i = 4, #ARGV, 2 do
+  if count < most or redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then
+    count = count + redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+"""
+_TOOL = "tool:"
+_STALE = "stale"
+
+
+class RedisLists:
+    """The MCP sessions' tool lists in the ledger's Redis: every worker and machine sharing it
+    reads the list a session's `tools/list` went through any of them. A read is one round
+    trip (the called tools' fields and `stale`, the TTL renewed in the same pipeline)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self._page = store._redis.register_script(_PAGE_SCRIPT)
+
+    async def listed(self, key: SessionKey, names: Collection[str]) -> dict[str, Listed]:
+        if not names:
+            return {}
+        store = self.store
+        hashed = store.tool_list_key(key)
+        asked = list(names)
+        pipe = store._redis.pipeline(transaction=False)
+        pipe.hmget(hashed, [_STALE, *(_TOOL + n for n in asked)])
+        pipe.expire(hashed, store.ttl)
+        values, _ = await store._run(pipe.execute())
+        if values[0] is not None:
+            return {}
+        found = {}
+        for name, value in zip(asked, values[1:], strict=True):
+            if value is None:
+                continue
+            tool = Listed.decoded(value)
+            if tool is None:
+                _undecodable(f"the listed tool {name!r}", ValueError("not [input, output]"))
+                continue
+            found[name] = tool
+        return found
+
+    async def page(self, key: SessionKey, tools: Sequence[tuple[str, Listed]], first: bool) -> None:
+        store = self.store
+        fields = [part for name, tool in tools for part in (_TOOL + name, tool.encoded())]
+        args = ["1" if first else "0", store.ttl, MAX_TOOLS, *fields]
+        await store._run(self._page(keys=[store.tool_list_key(key)], args=args))
+
+    async def changed(self, key: SessionKey) -> None:
+        store = self.store
+        hashed = store.tool_list_key(key)
+        pipe = store._redis.pipeline(transaction=False)
+        pipe.hset(hashed, _STALE, "1")
+        pipe.expire(hashed, store.ttl)
+        await store._run(pipe.execute())
+
+    async def forget(self, key: SessionKey) -> None:
+        store = self.store
+        await store._run(store._redis.delete(store.tool_list_key(key)))

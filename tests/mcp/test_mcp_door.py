@@ -53,12 +53,25 @@ def catalog() -> Iterator[tuple[str, Ran]]:
         yield url, ran
 
 
-async def proxied(start_proxy: ProxyFactory, server: str, **mcp: Any) -> str:
+async def proxied(
+    start_proxy: ProxyFactory, server: str, ledger: dict[str, Any] | None = None, **mcp: Any
+) -> str:
     # The Responses upstream is unused here: only the MCP server is reached.
     base = await start_proxy(
-        "http://127.0.0.1:9", mcp={"servers": {"reports": {"url": server}}, **mcp}
+        "http://127.0.0.1:9",
+        mcp={"servers": {"reports": {"url": server}}, **mcp},
+        ledger=ledger or {},
     )
     return f"{base}/mcp/reports"
+
+
+@pytest.fixture(params=["memory", "redis"])
+def ledger(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The ledger the tool lists are kept in: this process's memory, or a real redis-server."""
+    if request.param == "memory":
+        return {}
+    redis = request.getfixturevalue("redis_server")
+    return {"backend": "redis", "url": redis.url, "timeout_s": 1}
 
 
 def seen(result: Any) -> Any:
@@ -153,10 +166,10 @@ async def test_a_tool_never_listed_and_arguments_not_an_object(
 
 
 async def test_every_page_of_a_paginated_list_is_recorded(
-    catalog: tuple[str, Ran], start_proxy: ProxyFactory
+    catalog: tuple[str, Ran], start_proxy: ProxyFactory, ledger: dict[str, Any]
 ) -> None:
     url, ran = catalog
-    async with session_at(await proxied(start_proxy, url)) as session:
+    async with session_at(await proxied(start_proxy, url, ledger)) as session:
         cursor = None
         names = []
         while True:
@@ -190,10 +203,10 @@ async def _list_all(session: ClientSession) -> None:
 
 
 async def test_a_changed_list_is_the_one_applied_next(
-    catalog: tuple[str, Ran], start_proxy: ProxyFactory
+    catalog: tuple[str, Ran], start_proxy: ProxyFactory, ledger: dict[str, Any]
 ) -> None:
     url, ran = catalog
-    async with session_at(await proxied(start_proxy, url)) as session:
+    async with session_at(await proxied(start_proxy, url, ledger)) as session:
         await _list_all(session)
         before = await session.call_tool("get_report", {"region": "apac"})
         assert before.structured_content["reason"] == "arguments_schema"
@@ -207,10 +220,10 @@ async def test_a_changed_list_is_the_one_applied_next(
 
 
 async def test_two_tenants_never_see_each_others_lists(
-    catalog: tuple[str, Ran], start_proxy: ProxyFactory
+    catalog: tuple[str, Ran], start_proxy: ProxyFactory, ledger: dict[str, Any]
 ) -> None:
     url, ran = catalog
-    through = await proxied(start_proxy, url)
+    through = await proxied(start_proxy, url, ledger)
     async with session_at(through, "sk-a") as a, session_at(through, "sk-b") as b:
         await _list_all(a)
         await _list_all(b)

@@ -3,14 +3,13 @@ object, batches), a session id presented by another tenant, and the session's en
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.fixture_types import ProxyFactory
-from tests.servers.mcp_tools import Ran, reports_server, serve_mcp
+from tests.servers.mcp_tools import Ran
 
 _ACCEPT = "application/json, text/event-stream"
 
@@ -32,7 +31,8 @@ class Wire:
     async def post(self, message: Any) -> tuple[int, Any]:
         async with self.http.post(self.url, json=message, headers=self.headers()) as answer:
             self.session = answer.headers.get("Mcp-Session-Id", self.session)
-            body = await answer.json() if answer.status == 200 else await answer.text()
+            json = answer.content_type == "application/json"
+            body = await answer.json() if json else await answer.text()
             return answer.status, body
 
     async def open(self) -> None:
@@ -55,19 +55,6 @@ class Wire:
 def call(ident: int, arguments: Any) -> dict[str, Any]:
     params = {"name": "get_report", "arguments": arguments}
     return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
-
-
-@pytest.fixture
-def reports() -> Iterator[tuple[str, Ran]]:
-    ran = Ran()
-    with serve_mcp(reports_server(ran), json_response=True) as url:
-        yield url, ran
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def opened(
@@ -133,16 +120,21 @@ async def test_another_tenant_with_the_same_session_id_finds_no_list(
     assert ran.calls == [("get_report", {"region": "us", "include_lines": False})]
 
 
-async def test_the_session_ends_with_delete_through_the_proxy(
+async def test_the_session_ends_with_delete_and_its_list_is_forgotten(
     reports: tuple[str, Ran], start_proxy: ProxyFactory, http: aiohttp.ClientSession
 ) -> None:
-    url, _ = reports
+    url, ran = reports
     wire = await opened(start_proxy, http, url)
     async with http.delete(wire.url, headers=wire.headers()) as ended:
         assert ended.status == 200
         assert ended.headers["x-request-id"]
-    status, _ = await wire.post(call(5, {"region": "us"}))
+    status, _ = await wire.post({"jsonrpc": "2.0", "id": 5, "method": "tools/list"})
     assert status == 404  # the server's own answer for a session it ended, relayed
+    # A call the list named before: the list went with the session, so the call is unknown.
+    status, answer = await wire.post(call(6, {"region": "us"}))
+    assert status == 200
+    assert answer["result"]["structuredContent"]["reason"] == "unknown_tool"
+    assert ran.calls == []
 
 
 async def test_mcp_requests_are_counted_under_their_own_dialect(
@@ -150,7 +142,7 @@ async def test_mcp_requests_are_counted_under_their_own_dialect(
 ) -> None:
     url, _ = reports
     wire = await opened(start_proxy, http, url)
-    await wire.post(call(6, {"region": "mars"}))
+    await wire.post(call(7, {"region": "mars"}))
     async with http.get(wire.url.replace("/mcp/reports", "/-/metrics")) as page:
         text = await page.text()
     counted = [

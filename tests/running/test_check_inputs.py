@@ -525,7 +525,8 @@ def test_several_files_globs_and_stdin(tmp_path: Path) -> None:
         pytest.param(
             '{"ts": 1, "msg": "hello"}',
             "f.json: not a request body, response, input_items list, audit record, Chat "
-            "Completions body or array of items (a log line is read when it wraps one under "
+            "Completions body, MCP JSON-RPC message or array of items (a log line is read when "
+            "it wraps one under "
             "request, body, params)",
             id="log-line-of-something-else",
         ),
