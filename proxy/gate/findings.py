@@ -202,6 +202,11 @@ def _not_function_call(f: Finding) -> str:
 
 
 def _arguments_type(f: Finding) -> str:
+    if _in_mcp(f):
+        # Shown to the gate as one element of an array: what the call sent is that element.
+        sent = f.arguments[0] if isinstance(f.arguments, list) and f.arguments else None
+        kind = json_type(sent)
+        return f"params.arguments must be an object{f' but {kind}' if kind else ''}"
     if f.detail:
         return f"{f.detail}: a function_call carries its arguments as a string of JSON"
     kind = json_type(f.arguments)
@@ -226,6 +231,12 @@ _MCP = ("mcp_call", "mcp_approval_request")
 
 
 def _unknown_tool(f: Finding) -> str:
+    if _in_mcp(f):
+        return (
+            f"the session's tools/list names no tool {f.name or '(unnamed)'} (or the server said "
+            "its list changed since): list the tools again, or pin one under tools: as "
+            "<server>/<name>"
+        )
     if f.item_type in _MCP:
         return (
             f"no mcp_list_tools item of the context lists tool {f.name or '(unnamed)'} of its "
@@ -268,6 +279,11 @@ def _envelope_headline(f: Finding) -> str:
     if _in_messages(f):
         return "an Open Responses item inside messages"
     return "a Chat Completions message inside input"
+
+
+def _in_mcp(f: Finding) -> bool:
+    """A finding about an MCP `tools/call` (`params`, or `[i].params` in a batch)."""
+    return f.param is not None and (f.param == "params" or f.param.endswith("].params"))
 
 
 def _in_messages(f: Finding) -> bool:

@@ -77,6 +77,8 @@ async def test_arguments_that_are_no_object_are_arguments_type(
     assert answer["id"] == 7
     assert answer["result"]["isError"] is True
     assert answer["result"]["_meta"]["replay-proxy/failure"]["reason"] == "arguments_type"
+    [said] = answer["result"]["content"]
+    assert "params.arguments must be an object" in said["text"]
     assert ran.calls == []
 
 
@@ -115,6 +117,10 @@ async def test_another_tenant_with_the_same_session_id_finds_no_list(
     _, answer = await other.post(call(3, {"region": "us"}))
     # A tool this tenant never listed: no outputSchema known, the record is structuredContent.
     assert answer["result"]["structuredContent"]["reason"] == "unknown_tool"
+    assert (
+        "the session's tools/list names no tool get_report"
+        in (answer["result"]["structuredContent"]["error"])
+    )
     _, mine = await wire.post(call(4, {"region": "us"}))
     assert "isError" not in mine["result"] or mine["result"]["isError"] is False
     assert ran.calls == [("get_report", {"region": "us", "include_lines": False})]
