@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,13 +52,25 @@ from callgrind import (
 from host import ROOT
 from servers import Server, served_by_stub, started_stub
 from trees import source_trees
-from workload import GATE_CONFIG, PATH, Body, bodies
-from wrk import write_script
+from workload import (
+    GATE_CONFIG,
+    PATH,
+    QUESTION_NUMBER,
+    Body,
+    bodies,
+    iter_pairs,
+    numbered_question,
+)
+from wrk import write_numbered_script, write_script
 
 BENCH = Path(__file__).resolve().parent
 CONNECTIONS = 8
 WARM_S = 4
-BODIES = ("small", "10 pairs", "small, SSE")
+# "10 pairs" is one body repeated: after the first, a proxy that holds a session's verified
+# prefix finds each the same as the last and reads nothing of it. "10 pairs, each new" sends
+# the same history under a question numbered anew for each request: each is read in full.
+NEW = "10 pairs, each new"
+BODIES = ("small", "10 pairs", NEW, "small, SSE")
 STEPS = ("jiter", "orjson", "body.loads", "admit")
 
 
@@ -71,11 +84,15 @@ def main() -> int:
     parser.add_argument(
         "--bodies", default=";".join(BODIES), help="bodies of workload.py, `;` between"
     )
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="a directory to copy each callgrind dump into"
+    )
     parser.add_argument("--in-process", action="store_true", help="count single steps")
     parser.add_argument("--repeat", type=int, default=200, help="calls per step counted")
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)  # in the counted child
     args = parser.parse_args()
-    chosen = [b for b in bodies() if b.name in args.bodies.split(";")]
+    asked = args.bodies.split(";")
+    chosen = [b for b in [*bodies(), _new()] if b.name in asked]
     if args.step is not None:
         return _step(args.step, chosen[0], args.repeat)
     if args.in_process:
@@ -87,14 +104,20 @@ def main() -> int:
         trees = source_trees(tmp, args.base, None, args.tree)
         stub = stack.enter_context(started_stub(log))
         served = served_by_stub(stub.url)
-        scripts = {b.name: write_script(tmp, i, b) for i, b in enumerate(chosen)}
+        scripts = {b.name: _script(tmp, i, b) for i, b in enumerate(chosen)}
         commands = served_commands(tmp, stub.url, trees)
         for name, (argv, env) in commands.items():
             with counted_server(name, argv, tmp, log, env) as server:
-                counted[name] = {
-                    body.name: _per_request(server, served, scripts[body.name], body, args.seconds)
-                    for body in chosen
-                }
+                counted[name] = {}
+                for body in chosen:
+                    script = scripts[body.name]
+                    counted[name][body.name] = _per_request(
+                        server, served, script, body, args.seconds
+                    )
+                    if args.keep is not None:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        kept = f"{name}-{body.name}.out".replace(" ", "-").replace(",", "")
+                        shutil.copyfile(server.last, args.keep / kept)
     print(  # noqa: T201
         f"callgrind, wrk -c{CONNECTIONS} -d{args.seconds}s per body: thousands of user-space "
         "instructions per request"
@@ -111,6 +134,16 @@ def main() -> int:
             row += [f"{of[n] / of[PASS]:.2f}x", f"{(of[n] - of[FLOOR]) / 1000:+,.0f}"]
         print(f"| {body.name} | " + " | ".join(row) + " |")  # noqa: T201
     return 0
+
+
+def _new() -> Body:
+    return Body(NEW, numbered_question(iter_pairs(10)), 10, "clean")
+
+
+def _script(directory: Path, index: int, body: Body) -> Path:
+    if body.name != NEW:
+        return write_script(directory, index, body)
+    return write_numbered_script(directory, index, body, QUESTION_NUMBER)
 
 
 def _per_request(
