@@ -360,7 +360,7 @@ def _remember(
     keys = prefixes.keys_of(shown if isinstance(shown, list) else ())
     if keys is None:
         return
-    located = prefixes.locate(decoded, key)
+    located = prefixes.locate(decoded, key, parsed)
     if located is None:
         return
     fields = {k: v for k, v in parsed.items() if k != key}
