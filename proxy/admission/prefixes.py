@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jiter
+
 from proxy.admission import body
 from proxy.admission.dialect import CHAT_COMPLETIONS, OPEN_RESPONSES, Dialect
 from proxy.gate import items
@@ -170,10 +172,10 @@ def locate(
     Found from the end, not by scanning the items (a regular expression over every string of
     a 27 KB body took 1.7 M instructions): a `]` followed by `,` and a quoted name is outside
     any string (inside one a `"` is escaped, and nothing but `,`, `:`, `]`, `}` or whitespace
-    follows a closing one), so the last `]` followed by the next member's name is the
-    array's, or one nested in a member after it. The members from there on, read again as an
-    object, tell them apart: after a nested one the object would close too often to be read,
-    and what is read must be the members as read before.
+    follows a closing one), so it is the array's, or one nested in another member. The bytes
+    from the name on, read as an object's members, tell them apart: after a nested one the
+    object would close too often to be read (and its keys would not be the members after the
+    array). The object's keys are unique, so only the array's `]` reads so.
     """
     if parsed is None:
         try:
@@ -192,16 +194,20 @@ def locate(
         if end < 0 or data[end] != 0x5D:  # ]
             return None
     else:
-        closing = _closing(data, _quoted(after[0]), [(n, parsed[n]) for n in after])
+        closing = _closing(data, _quoted(after[0]), after)
         if closing is None:
             return None
         end = closing
     return _before_space(data, end), end
 
 
-def _closing(data: bytes, name: bytes, members: list[tuple[str, Any]]) -> int | None:
-    """The `]` followed by `,` and `name` after which the bytes read as `members`: the last
-    such `]` that is, of at most _TRIES from the end (each try reads the rest again)."""
+def _closing(data: bytes, name: bytes, after: list[str]) -> int | None:
+    """The `]` followed by `,` and `name` after which the bytes read as an object of the
+    members `after`: written compactly, or among the last _TRIES followed by the name."""
+    # Only one `]` can be read so (the object's keys are unique): the compact form first.
+    end = data.rfind(b"]," + name)
+    if end >= 0 and _members_at(data, end + 2, after):
+        return end
     end = len(data)
     tries = _TRIES
     while tries:
@@ -215,13 +221,19 @@ def _closing(data: bytes, name: bytes, members: list[tuple[str, Any]]) -> int | 
         if not data.startswith(name, start):
             continue
         tries -= 1
-        try:
-            rest = body.loads(b"{" + data[start:])
-        except body.BodyError:
-            continue
-        if isinstance(rest, dict) and list(rest.items()) == members:
+        if _members_at(data, start, after):
             return end
     return None
+
+
+def _members_at(data: bytes, start: int, after: list[str]) -> bool:
+    """Whether `data` from `start` on reads as the members `after` of an object (their values
+    are known: `data` was read strictly whole)."""
+    try:
+        rest = jiter.from_json(b"{" + data[start:], allow_inf_nan=False, cache_mode="none")
+    except ValueError:
+        return False
+    return list(rest) == after
 
 
 def _before_space(data: bytes, at: int) -> int:
