@@ -19,6 +19,7 @@ matched dropped first.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -251,7 +252,9 @@ def _after_space(data: bytes, at: int) -> int:
     return at
 
 
+@functools.lru_cache(maxsize=64)
 def _quoted(name: str) -> bytes:
+    """A member's name as written unescaped (a body's are few, and the same every turn)."""
     return json.dumps(name, ensure_ascii=False).encode()
 
 
