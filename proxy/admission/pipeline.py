@@ -566,12 +566,15 @@ async def _inspect(
     """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
     config's limits of what a verdict lists (`bounds`), a call within those the target's API
     adds (`limits`)."""
-    pending = pending_schemas(parsed, gate, caches)
+    # The tools it declares, found once: the schemas to compile and the calls' both read them.
+    declared = items.declared_tools(parsed) if isinstance(parsed.get("input"), list) else None
+    pending = pending_schemas(parsed, gate, caches, declared)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
         # subschemas, within the limits) must not hold every other client's request.
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
-    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds, limits)
+    recorded = view or NOTHING_RECORDED
+    verdict = inspect(parsed, gate, recorded, caches, bounds, limits, declared)
     metrics.verdict_cache.set(len(caches.verdicts))
     return verdict
 
