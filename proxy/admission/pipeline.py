@@ -575,7 +575,7 @@ async def _inspect(
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
     recorded = view or NOTHING_RECORDED
     verdict = inspect(parsed, gate, recorded, caches, bounds, limits, declared)
-    metrics.verdict_cache.set(len(caches.verdicts))
+    metrics.verdicts_held(len(caches.verdicts))
     return verdict
 
 
