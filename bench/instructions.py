@@ -1,10 +1,16 @@
 """Instructions per request: replay-proxy, the pass-through and the floor, under callgrind.
 
 Run from the repository root: `python bench/instructions.py [--base REV] [--tree DIR]...
-[--bodies "a;b"] [--seconds S]` (needs `wrk` and valgrind: `apt-get install valgrind`; about
-half a minute per body and server). CPU time on a shared machine drifts by more than the
-changes worth making (see docs/performance.md); the count of user-space instructions a
-server executes per request does not: two runs of the same code agree within about 2 %.
+[--bodies "a;b"] [--seconds S] [--shortcut-off] [--keep DIR]` (needs `wrk` and valgrind:
+`apt-get install valgrind`; about half a minute per body and server). Beside the bodies of
+`workload.py`, "10 pairs, each new" and "1 pair, each new" send their pairs under a question
+numbered anew for each request, so that no body extends a held one: each is read in full, as
+a session's first turn is ("10 pairs" repeats one body, which the prefix shortcut takes).
+`--shortcut-off` counts each tree again with `limits.max_prefix_bytes: 0`.
+
+CPU time on a shared machine drifts by more than the changes worth making (see
+docs/performance.md); the count of user-space instructions a server executes per request does
+not: two runs of the same code agree within about 2 %.
 It leaves out the kernel's share (the socket calls, much the same on both sides), so read
 it beside `load.py`'s CPU figures, not instead of them.
 
@@ -67,10 +73,11 @@ BENCH = Path(__file__).resolve().parent
 CONNECTIONS = 8
 WARM_S = 4
 # "10 pairs" is one body repeated: after the first, a proxy that holds a session's verified
-# prefix finds each the same as the last and reads nothing of it. "10 pairs, each new" sends
-# the same history under a question numbered anew for each request: each is read in full.
-NEW = "10 pairs, each new"
-BODIES = ("small", "10 pairs", NEW, "small, SSE")
+# prefix finds each the same as the last and reads nothing of it. "N pairs, each new" sends
+# N pairs under a question numbered anew for each request: each is read in full (and held,
+# as a session's first turn is).
+NEW = {"10 pairs, each new": 10, "1 pair, each new": 1}
+BODIES = ("small", "10 pairs", "10 pairs, each new", "small, SSE")
 STEPS = ("jiter", "orjson", "body.loads", "admit")
 
 
@@ -87,12 +94,18 @@ def main() -> int:
     parser.add_argument(
         "--keep", type=Path, default=None, help="a directory to copy each callgrind dump into"
     )
+    parser.add_argument(
+        "--shortcut-off",
+        action="store_true",
+        help="count each tree again with limits.max_prefix_bytes: 0 (every body read in full)",
+    )
     parser.add_argument("--in-process", action="store_true", help="count single steps")
     parser.add_argument("--repeat", type=int, default=200, help="calls per step counted")
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)  # in the counted child
     args = parser.parse_args()
     asked = args.bodies.split(";")
-    chosen = [b for b in [*bodies(), _new()] if b.name in asked]
+    new = [Body(name, numbered_question(iter_pairs(n)), n, "clean") for name, n in NEW.items()]
+    chosen = [b for b in [*bodies(), *new] if b.name in asked]
     if args.step is not None:
         return _step(args.step, chosen[0], args.repeat)
     if args.in_process:
@@ -105,7 +118,7 @@ def main() -> int:
         stub = stack.enter_context(started_stub(log))
         served = served_by_stub(stub.url)
         scripts = {b.name: _script(tmp, i, b) for i, b in enumerate(chosen)}
-        commands = served_commands(tmp, stub.url, trees)
+        commands = served_commands(tmp, stub.url, trees, shortcut_off=args.shortcut_off)
         for name, (argv, env) in commands.items():
             with counted_server(name, argv, tmp, log, env) as server:
                 counted[name] = {}
@@ -136,12 +149,8 @@ def main() -> int:
     return 0
 
 
-def _new() -> Body:
-    return Body(NEW, numbered_question(iter_pairs(10)), 10, "clean")
-
-
 def _script(directory: Path, index: int, body: Body) -> Path:
-    if body.name != NEW:
+    if body.name not in NEW:
         return write_script(directory, index, body)
     return write_numbered_script(directory, index, body, QUESTION_NUMBER)
 
