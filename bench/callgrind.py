@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import yaml
 from servers import Server, free_port, started
@@ -93,21 +93,27 @@ Command = tuple[list[str], dict[str, str] | None]
 
 
 def served_commands(
-    directory: Path, upstream: str, trees: dict[str, Path | None]
+    directory: Path, upstream: str, trees: dict[str, Path | None], *, shortcut_off: bool = False
 ) -> dict[str, Command]:
     """The servers a comparison counts, by name, each in front of `upstream`: the pass-through
     (no parsing), the floor (strict parse, outputs paired, verdicts cached), and replay-proxy
     from each of `trees` (`trees.source_trees`) with the gate config of `workload.py` and an
-    audit log in `directory`."""
+    audit log in `directory`; with `shortcut_off`, each tree again with no session's prefix
+    held (`limits.max_prefix_bytes: 0`: every body read in full)."""
     commands: dict[str, Command] = {
         PASS: ([str(BENCH / "passthrough.py"), "--upstream", upstream], None),
         FLOOR: ([str(BENCH / "floor.py"), "--upstream", upstream], None),
     }
-    for index, (name, path) in enumerate(trees.items()):
-        config = directory / f"proxy-{index}.yaml"
-        audit = {"path": str(directory / f"audit-{index}.jsonl")}
-        config.write_text(yaml.safe_dump({**GATE_CONFIG, "audit": audit}), "utf-8")
-        argv = [*(["-P"] if path else []), "-m", "proxy", "serve", "--upstream", upstream]
-        argv += ["--config", str(config), "--log-level", "WARNING"]
-        commands[name] = (argv, {"PYTHONPATH": str(path)} if path else None)
+    variants: list[tuple[str, dict[str, Any]]] = [("", {})]
+    if shortcut_off:
+        variants.append((", shortcut off", {"limits": {"max_prefix_bytes": 0}}))
+    for name, path in trees.items():
+        for suffix, extra in variants:
+            index = len(commands)
+            config = directory / f"proxy-{index}.yaml"
+            audit = {"path": str(directory / f"audit-{index}.jsonl")}
+            config.write_text(yaml.safe_dump({**GATE_CONFIG, **extra, "audit": audit}), "utf-8")
+            argv = [*(["-P"] if path else []), "-m", "proxy", "serve", "--upstream", upstream]
+            argv += ["--config", str(config), "--log-level", "WARNING"]
+            commands[name + suffix] = (argv, {"PYTHONPATH": str(path)} if path else None)
     return commands

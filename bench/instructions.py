@@ -1,10 +1,16 @@
 """Instructions per request: replay-proxy, the pass-through and the floor, under callgrind.
 
 Run from the repository root: `python bench/instructions.py [--base REV] [--tree DIR]...
-[--bodies "a;b"] [--seconds S]` (needs `wrk` and valgrind: `apt-get install valgrind`; about
-half a minute per body and server). CPU time on a shared machine drifts by more than the
-changes worth making (see docs/performance.md); the count of user-space instructions a
-server executes per request does not: two runs of the same code agree within about 2 %.
+[--bodies "a;b"] [--seconds S] [--shortcut-off] [--keep DIR]` (needs `wrk` and valgrind:
+`apt-get install valgrind`; about half a minute per body and server). Beside the bodies of
+`workload.py`, "10 pairs, each new" and "1 pair, each new" send their pairs under a question
+numbered anew for each request, so that no body extends a held one: each is read in full, as
+a session's first turn is ("10 pairs" repeats one body, which the prefix shortcut takes).
+`--shortcut-off` counts each tree again with `limits.max_prefix_bytes: 0`.
+
+CPU time on a shared machine drifts by more than the changes worth making (see
+docs/performance.md); the count of user-space instructions a server executes per request does
+not: two runs of the same code agree within about 2 %.
 It leaves out the kernel's share (the socket calls, much the same on both sides), so read
 it beside `load.py`'s CPU figures, not instead of them.
 
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,13 +60,26 @@ from callgrind import (
 from host import ROOT
 from servers import Server, served_by_stub, started_stub
 from trees import source_trees
-from workload import GATE_CONFIG, Body, bodies, chat_bodies
-from wrk import write_script
+from workload import (
+    GATE_CONFIG,
+    QUESTION_NUMBER,
+    Body,
+    bodies,
+    chat_bodies,
+    iter_pairs,
+    numbered_question,
+)
+from wrk import write_numbered_script, write_script
 
 BENCH = Path(__file__).resolve().parent
 CONNECTIONS = 8
 WARM_S = 4
-BODIES = ("small", "10 pairs", "small, SSE", "10 pairs, Chat")
+# "10 pairs" is one body repeated: after the first, a proxy that holds a session's verified
+# prefix finds each the same as the last and reads nothing of it. "N pairs, each new" sends
+# N pairs under a question numbered anew for each request: each is read in full (and held,
+# as a session's first turn is).
+NEW = {"10 pairs, each new": 10, "1 pair, each new": 1}
+BODIES = ("small", "10 pairs", "10 pairs, each new", "small, SSE", "10 pairs, Chat")
 STEPS = ("jiter", "orjson", "body.loads", "admit")
 
 
@@ -73,12 +93,21 @@ def main() -> int:
     parser.add_argument(
         "--bodies", default=";".join(BODIES), help="bodies of workload.py, `;` between"
     )
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="a directory to copy each callgrind dump into"
+    )
+    parser.add_argument(
+        "--shortcut-off",
+        action="store_true",
+        help="count each tree again with limits.max_prefix_bytes: 0 (every body read in full)",
+    )
     parser.add_argument("--in-process", action="store_true", help="count single steps")
     parser.add_argument("--repeat", type=int, default=200, help="calls per step counted")
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)  # in the counted child
     args = parser.parse_args()
-    named = args.bodies.split(";")
-    chosen = [b for b in bodies() + chat_bodies() if b.name in named]
+    asked = args.bodies.split(";")
+    new = [Body(name, numbered_question(iter_pairs(n)), n, "clean") for name, n in NEW.items()]
+    chosen = [b for b in [*bodies(), *chat_bodies(), *new] if b.name in asked]
     if args.step is not None:
         return _step(args.step, chosen[0], args.repeat)
     if args.in_process:
@@ -90,14 +119,20 @@ def main() -> int:
         trees = source_trees(tmp, args.base, None, args.tree)
         stub = stack.enter_context(started_stub(log))
         served = served_by_stub(stub.url)
-        scripts = {b.name: write_script(tmp, i, b) for i, b in enumerate(chosen)}
-        commands = served_commands(tmp, stub.url, trees)
+        scripts = {b.name: _script(tmp, i, b) for i, b in enumerate(chosen)}
+        commands = served_commands(tmp, stub.url, trees, shortcut_off=args.shortcut_off)
         for name, (argv, env) in commands.items():
             with counted_server(name, argv, tmp, log, env) as server:
-                counted[name] = {
-                    body.name: _per_request(server, served, scripts[body.name], body, args.seconds)
-                    for body in chosen
-                }
+                counted[name] = {}
+                for body in chosen:
+                    script = scripts[body.name]
+                    counted[name][body.name] = _per_request(
+                        server, served, script, body, args.seconds
+                    )
+                    if args.keep is not None:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        kept = f"{name}-{body.name}.out".replace(" ", "-").replace(",", "")
+                        shutil.copyfile(server.last, args.keep / kept)
     print(  # noqa: T201
         f"callgrind, wrk -c{CONNECTIONS} -d{args.seconds}s per body: thousands of user-space "
         "instructions per request"
@@ -114,6 +149,12 @@ def main() -> int:
             row += [f"{of[n] / of[PASS]:.2f}x", f"{(of[n] - of[FLOOR]) / 1000:+,.0f}"]
         print(f"| {body.name} | " + " | ".join(row) + " |")  # noqa: T201
     return 0
+
+
+def _script(directory: Path, index: int, body: Body) -> Path:
+    if body.name not in NEW:
+        return write_script(directory, index, body)
+    return write_numbered_script(directory, index, body, QUESTION_NUMBER)
 
 
 def _per_request(

@@ -173,6 +173,21 @@ def chat_body(
     return body
 
 
+# The question of `numbered_question`, to number: digits found nowhere else in a body.
+QUESTION_NUMBER = "0000000000"
+
+
+def numbered_question(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> bytes:
+    """A body of `pairs` that opens with question number QUESTION_NUMBER: numbered anew for
+    each request (`wrk.write_numbered_script`), no body starts with the bytes of another, so a
+    proxy that holds a session's verified prefix reads each in full (the calls' verdicts stay
+    cached, as with one body repeated)."""
+    body = request_body(pairs)
+    question = f"Question {QUESTION_NUMBER}: how did EMEA sales do last week?"
+    body["input"][0] = {**body["input"][0], "content": question}
+    return encode(body)
+
+
 def encode(body: dict[str, Any]) -> bytes:
     """Serialise as the official SDK does (httpx: compact, non-ASCII kept as UTF-8)."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

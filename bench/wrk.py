@@ -39,6 +39,30 @@ def write_script(
     return script
 
 
+_NUMBERED = """\
+local marker = [==[{marker}]==]
+local at = assert(string.find(wrk.body, marker, 1, true))
+local head, tail = wrk.body:sub(1, at - 1), wrk.body:sub(at + #marker)
+local sent = 0
+request = function()
+  sent = sent + 1
+  return wrk.format(nil, nil, nil, head .. string.format("%0{width}d", sent) .. tail)
+end
+"""
+
+
+def write_numbered_script(directory: Path, index: int, body: Body, marker: str) -> Path:
+    """`write_script`, but each request's body numbered: `marker` (digits, once in the body)
+    replaced by the count of requests sent so far, as wide (wrk's `-t1`: one count for all its
+    connections). No two bodies are the same, and all are of one size."""
+    if body.data.count(marker.encode()) != 1 or not marker.isdigit():
+        raise ValueError(f"{body.name}: the marker {marker!r} must be digits found once")
+    script = write_script(directory, index, body)
+    numbered = _NUMBERED.format(marker=marker, width=len(marker))
+    script.write_text(script.read_text("utf-8") + numbered, encoding="utf-8")
+    return script
+
+
 @dataclass
 class Run:
     """One wrk run against one target: what wrk saw, and what the serving process spent."""

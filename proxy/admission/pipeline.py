@@ -366,7 +366,7 @@ def _remember(
     keys = prefixes.keys_of(shown if isinstance(shown, list) else ())
     if keys is None:
         return
-    located = prefixes.locate(decoded, key)
+    located = prefixes.locate(decoded, key, parsed)
     if located is None:
         return
     fields = {k: v for k, v in parsed.items() if k != key}
@@ -572,13 +572,16 @@ async def _inspect(
     """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
     config's limits of what a verdict lists (`bounds`), a call within those the target's API
     adds (`limits`)."""
-    pending = pending_schemas(parsed, gate, caches)
+    # The tools it declares, found once: the schemas to compile and the calls' both read them.
+    declared = items.declared_tools(parsed) if isinstance(parsed.get("input"), list) else None
+    pending = pending_schemas(parsed, gate, caches, declared)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of
         # subschemas, within the limits) must not hold every other client's request.
         await asyncio.to_thread(compile_schemas, pending, gate, caches)
-    verdict = inspect(parsed, gate, view or NOTHING_RECORDED, caches, bounds, limits)
-    metrics.verdict_cache.set(len(caches.verdicts))
+    recorded = view or NOTHING_RECORDED
+    verdict = inspect(parsed, gate, recorded, caches, bounds, limits, declared)
+    metrics.verdicts_held(len(caches.verdicts))
     return verdict
 
 

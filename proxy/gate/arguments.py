@@ -104,8 +104,14 @@ def passed(instance: Any, violations: Iterable[Violation]) -> tuple[str, ...]:
     return tuple(name for name in instance if pointer([name])[1:] not in failed)
 
 
-def pending_schemas(body: Any, policy: Policy, caches: GateCaches) -> list[Any]:
-    """The request schemas `inspect` may compile for this body that are not compiled yet.
+def pending_schemas(
+    body: Any,
+    policy: Policy,
+    caches: GateCaches,
+    declared: list[tuple[str, Any]] | None = None,
+) -> list[Any]:
+    """The request schemas `inspect` may compile for this body that are not compiled yet
+    (`declared`: the body's `items.declared_tools`, if known).
 
     Compiling one can take long (a schema within the limits may hold thousands of
     subschemas), so the fronts hand these to `compile_schemas` off the event loop first.
@@ -121,7 +127,7 @@ def pending_schemas(body: Any, policy: Policy, caches: GateCaches) -> list[Any]:
                 called.add(name)
     return [
         {} if parameters is None else parameters
-        for name, parameters in items.declared_tools(body)
+        for name, parameters in (items.declared_tools(body) if declared is None else declared)
         if name in called
         and policy.pin_for(name) is None
         and caches.schemas.pending({} if parameters is None else parameters, policy.schema_limits)

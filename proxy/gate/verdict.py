@@ -133,9 +133,11 @@ def inspect(
     caches: GateCaches | None = None,
     bounds: Bounds = Bounds(),
     limits: CallLimits | None = None,
+    declared: list[tuple[str, Any]] | None = None,
 ) -> Verdict:
     """Gate every `function_call_output` in the body's `input`, and a Chat Completions body's
-    `messages`; never raises on any JSON value.
+    `messages`; never raises on any JSON value. (`declared`: the body's
+    `items.declared_tools`, when the caller has them already.)
 
     `caches` carries compiled schemas and verdicts from one request to the next (the fronts
     pass theirs); without it this request's are forgotten when it is done. `bounds` caps what
@@ -152,7 +154,7 @@ def inspect(
         input_items = []
     if caches is None:
         caches = GateCaches.for_policy(policy)
-    return _Inspection(body, input_items, policy, recorded, caches, bounds, limits).run()
+    return _Inspection(body, input_items, policy, recorded, caches, bounds, limits, declared).run()
 
 
 class _Inspection:
@@ -167,6 +169,7 @@ class _Inspection:
         caches: GateCaches,
         bounds: Bounds,
         limits: CallLimits | None = None,
+        declared: list[tuple[str, Any]] | None = None,
     ) -> None:
         self.body = body
         self.bounds = bounds
@@ -176,6 +179,7 @@ class _Inspection:
         self.caches = caches
         self.recorded = recorded
         self.request_schemas: dict[str, list[Any]] | None = None
+        self.declared = declared  # the body's tools, if the caller found them already
         self.compiled: dict[str, tuple[list[Compiled | SchemaError], tuple[int, ...]]] = {}
         # The custom tools' formats, the MCP tools listed in the context, and the latter's
         # schemas compiled: each found once per request, when a call needs them.
@@ -587,7 +591,10 @@ class _Inspection:
     def compile_request_schemas(self, name: str) -> list[Compiled | SchemaError]:
         if self.request_schemas is None:
             self.request_schemas = {}
-            for tool_name, parameters in items.declared_tools(self.body):
+            declared = self.declared
+            for tool_name, parameters in (
+                items.declared_tools(self.body) if declared is None else declared
+            ):
                 self.request_schemas.setdefault(tool_name, []).append(parameters)
         return [self.compile(parameters) for parameters in self.request_schemas.get(name, ())]
 

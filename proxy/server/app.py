@@ -256,7 +256,7 @@ async def metrics(request: web.Request) -> web.Response:
     # The gauges of what is held now, read when asked (in multiprocess mode, a gauge is what
     # its worker last set: there is no reading another worker's memory).
     caches = app[IN_FORCE].current.caches
-    books.verdict_cache.set(len(caches))
+    books.verdicts_held(len(caches))
     held = caches.prefixes.held()
     books.prefix_sessions.set(len(held))
     books.prefix_bytes.set(sum(held))

@@ -214,6 +214,7 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=self.registry,
         )
+        self._verdicts_held: int | None = None  # what `verdict_cache` was last set to
         self.prefix_sessions = Gauge(
             "replay_proxy_prefix_sessions",
             "Stateless sessions whose last clean body is held, so that the next turn is read and "
@@ -304,6 +305,13 @@ class Metrics:
         when it is `pinned` (a set the config bounds), in a body of `dialect`."""
         label = NO_TOOL if tool is None else tool if tool in pinned else UNPINNED_TOOL
         self.findings.labels(reason, action, label, dialect).inc()
+
+    def verdicts_held(self, count: int) -> None:
+        """The verdicts the gate remembers now (`replay_proxy_verdict_cache_entries`); set only
+        when it changed: on every request it would take a lock and a write for the same value."""
+        if count != self._verdicts_held:
+            self._verdicts_held = count
+            self.verdict_cache.set(count)
 
     def upstream_answered(self, upstream: str, route: str, status: str, seconds: float) -> None:
         """One request sent upstream: how its answer began (or failed), and after how long."""

@@ -331,3 +331,24 @@ def test_locate_finds_the_array_of_the_member() -> None:
     assert data[end:] == b'] ,"z":[]}'
     assert prefixes.locate(b'{"input":[]}', "input") is None
     assert prefixes.locate(b'{"input":"text"}', "input") is None
+
+
+@pytest.mark.parametrize(
+    ("data", "located"),
+    [
+        # a later member nests a `]` followed by the next member's name: the members after it
+        # would not read as those of the body
+        (b'{"input":[1],"tools":[{"a":[2],"tools":3}]}', (11, 11)),
+        (b'{"input":[1] , "tools":[[],"tools"],"z":{"q":[],"tools":1}}', (11, 11)),
+        # an item nests one: found from the end, the array's own comes first
+        (b'{"input":[1,{"a":[2],"tools":[]}],"tools":[]}', (32, 32)),
+        (b'{"m":1,"input":[ 1 ]\n}', (18, 19)),
+        # the member after it is written with its name escaped: not found, read in full
+        (b'{"input":[1],"tool\\u0073":[]}', None),
+    ],
+    ids=["nested-in-tail", "nested-twice", "nested-in-item", "last-member", "escaped-name"],
+)
+def test_locate_tells_the_array_from_one_nested_after_it(
+    data: bytes, located: tuple[int, int] | None
+) -> None:
+    assert prefixes.locate(data, "input") == located
