@@ -51,10 +51,11 @@ def _iter_open_pins(key: str, policy: Policy, inherited: Policy | None) -> Itera
 
 
 def iter_unreachable(config: Config) -> Iterator[str]:
-    """What `serve` would need and cannot have, each naming its key: an upstream that takes
-    no connection (TCP, then TLS for https; directly, not through a forward proxy), a Redis
+    """What `serve` would need and cannot have, each naming its key: an upstream or MCP server
+    that takes no connection (TCP, then TLS for https; directly, not through a forward proxy), a Redis
     ledger that does not answer PING, an audit file that cannot be appended to."""
-    for key, upstream in _iter_upstreams(config):
+    servers = ((f"mcp.servers.{n}", s.upstream) for n, s in config.mcp.servers.items())
+    for key, upstream in (*_iter_upstreams(config), *servers):
         problem = _connect(upstream)
         if problem is not None:
             yield f"{key}.url: {problem}"
@@ -126,6 +127,7 @@ def _appendable(path: str) -> str | None:
 def describe(config: Config, workers: int) -> str:
     """The config in force, as the start's second line says it."""
     upstreams = ", ".join(f"{name}={u.url}" for name, u in config.upstream_named.items())
+    mcp = ", ".join(f"{name}={s.upstream.url}" for name, s in config.mcp.servers.items())
     gate = config.gate
     overrides = ", ".join(f"{reason}: {action}" for reason, action in sorted(gate.actions.items()))
     pinned = set(gate.pinned).union(*(route.gate.pinned for route in config.routing))
@@ -136,6 +138,7 @@ def describe(config: Config, workers: int) -> str:
     return "; ".join(
         [
             f"upstreams {upstreams}",
+            *([f"MCP servers {mcp}"] if mcp else []),
             f"{routes} route{'s' if routes != 1 else ''}",
             f"ledger {_ledger_said(config.ledger)}",
             f"audit {'stdout' if config.audit.path == '-' else config.audit.path}",

@@ -44,8 +44,9 @@ def is_ready(checks: list[Check]) -> bool:
 
 
 def upstreams_of(config: Config) -> Mapping[str, settings.UpstreamSettings]:
-    """The upstreams the config names, by name: the one place readiness learns them."""
-    return config.upstream_named
+    """The upstreams the config names, by name, its MCP servers' too (`mcp:<name>`): the one
+    place readiness learns them."""
+    return {**config.upstream_named, **config.mcp_upstreams}
 
 
 class Readiness:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from proxy.running.config_file import parse_config
+from proxy.running.config_review import describe
 from proxy.running.workers import free_port
 from tests.running.test_serve import REPO, start
 from tests.running.test_tls import tls_files, write_config
@@ -75,6 +77,7 @@ def test_connect_names_each_thing_it_cannot_reach(tmp_path: Path) -> None:
     path.write_text(
         f"upstreams: {{a: {{url: 'http://127.0.0.1:{closed}'}}}}\n"
         "routes: [{upstream: a}]\n"
+        f"mcp: {{servers: {{tools: {{url: 'http://127.0.0.1:{closed}/mcp'}}}}}}\n"
         f"ledger: {{backend: redis, url: 'redis://127.0.0.1:{closed}/0'}}\n"
         f"audit: {{path: '{tmp_path}/missing/audit.jsonl'}}\n"
     )
@@ -84,12 +87,14 @@ def test_connect_names_each_thing_it_cannot_reach(tmp_path: Path) -> None:
     lines = done.stderr.splitlines()
     assert [line.split(": ")[2] for line in lines] == [
         "upstreams.a.url",
+        "mcp.servers.tools.url",
         "ledger.url",
         "audit.path",
     ]
     assert f"cannot connect to 127.0.0.1:{closed}: Connection refused" in lines[0]
-    assert "Redis does not answer PING" in lines[1]
-    assert lines[2].endswith(
+    assert f"cannot connect to 127.0.0.1:{closed}: Connection refused" in lines[1]
+    assert "Redis does not answer PING" in lines[2]
+    assert lines[3].endswith(
         f"cannot append to '{tmp_path}/missing/audit.jsonl': No such file or directory"
     )
     assert not (tmp_path / "missing").exists()
@@ -128,3 +133,18 @@ async def test_connect_checks_an_https_upstream_by_its_tls_handshake(tmp_path: P
     assert untrusted.stderr == (
         f"replay-proxy: {path}: upstream.url: no TLS with {host_port}: CERTIFICATE_VERIFY_FAILED\n"
     )
+
+
+def test_the_start_line_names_the_mcp_servers() -> None:
+    config = parse_config(
+        {
+            "upstream": {"url": "http://127.0.0.1:8000"},
+            "mcp": {"servers": {"tools": {"url": "http://127.0.0.1:9000/mcp"}}},
+        }
+    )
+    said = describe(config, 1).split("; ")
+    assert said[:2] == [
+        "upstreams default=http://127.0.0.1:8000",
+        "MCP servers tools=http://127.0.0.1:9000/mcp",
+    ]
+    assert not any(p.startswith("MCP") for p in describe(parse_config({}), 1).split("; "))

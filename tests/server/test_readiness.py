@@ -131,6 +131,23 @@ async def test_an_upstream_that_never_listened_is_not_ready_at_the_first_probe(
     assert (status, check_named(body, "upstream:default")["ok"]) == (503, False)
 
 
+async def test_an_mcp_server_that_takes_no_connection_is_not_ready(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client: aiohttp.ClientSession
+) -> None:
+    port = free_port("127.0.0.1")
+    servers = {"tools": {"url": f"http://127.0.0.1:{port}/mcp"}}
+    base = await start_proxy(recording_upstream.url, mcp={"servers": servers})
+    status, body = await ready(client, base)
+    assert [c["name"] for c in body["checks"]] == [
+        "draining",
+        "upstream:default",
+        "upstream:mcp:tools",
+        "ledger",
+    ]
+    assert (status, check_named(body, "upstream:mcp:tools")["ok"]) == (503, False)
+    assert check_named(body, "upstream:default")["ok"] is True
+
+
 async def test_a_scrape_checks_readiness_where_nothing_probes_it(
     start_proxy: ProxyFactory, client: aiohttp.ClientSession
 ) -> None:
