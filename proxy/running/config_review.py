@@ -52,8 +52,8 @@ def _iter_open_pins(key: str, policy: Policy, inherited: Policy | None) -> Itera
 
 def iter_unreachable(config: Config) -> Iterator[str]:
     """What `serve` would need and cannot have, each naming its key: an upstream or MCP server
-    that takes no connection (TCP, then TLS for https; directly, not through a forward proxy), a Redis
-    ledger that does not answer PING, an audit file that cannot be appended to."""
+    that takes no connection (TCP, then TLS for https; directly, not through a forward proxy),
+    a Redis ledger that does not answer PING, an audit file that cannot be appended to."""
     servers = ((f"mcp.servers.{n}", s.upstream) for n, s in config.mcp.servers.items())
     for key, upstream in (*_iter_upstreams(config), *servers):
         problem = _connect(upstream)
