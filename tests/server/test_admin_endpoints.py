@@ -50,62 +50,17 @@ async def test_metrics_count_requests_findings_gate_time_and_streams(
 
     text = await scrape(client, base)
 
-    requests_total = "replay_proxy_requests_total"
-    assert (
-        metric(
-            text,
-            requests_total,
-            route="responses",
-            outcome="forward",
-            upstream="default",
-            dialect="responses",
-        )
-        == 1
-    )
-    assert (
-        metric(
-            text,
-            requests_total,
-            route="responses",
-            outcome="block",
-            upstream="default",
-            dialect="responses",
-        )
-        == 1
-    )
-    assert (
-        metric(
-            text,
-            requests_total,
-            route="responses_compact",
-            outcome="block",
-            upstream="default",
-            dialect="responses",
-        )
-        == 1
-    )
-    assert (
-        metric(
-            text,
-            requests_total,
-            route="responses",
-            outcome="invalid",
-            upstream="-",
-            dialect="responses",
-        )
-        == 1
-    )
-    assert (
-        metric(
-            text,
-            requests_total,
-            route="passthrough",
-            outcome="forward",
-            upstream="default",
-            dialect="-",
-        )
-        == 1
-    )
+    counted = [
+        # route, outcome, upstream, dialect
+        ("responses", "forward", "default", "responses"),
+        ("responses", "block", "default", "responses"),
+        ("responses_compact", "block", "default", "responses"),
+        ("responses", "invalid", "-", "responses"),
+        ("passthrough", "forward", "default", "-"),
+    ]
+    for route, outcome, upstream, dialect in counted:
+        labels = {"route": route, "outcome": outcome, "upstream": upstream, "dialect": dialect}
+        assert metric(text, "replay_proxy_requests_total", **labels) == 1, labels
     findings = "replay_proxy_findings_total"
     labels = {
         "reason": "arguments_schema",
