@@ -37,6 +37,8 @@ _COMPLETED = "completed"
 # Shown for a tool_calls entry with no string type: not a function call, and typed so that no
 # reading of the spec's defaults takes it for one.
 _UNTYPED_CALL = "tool_call"
+# The members by which a typeless item reads as another kind than a message (`items.readings`).
+_OTHER_READINGS = frozenset({"id", "call_id", "summary", "encrypted_content"})
 
 
 class Place(NamedTuple):
@@ -214,7 +216,19 @@ class ChatCompletions:
         given = parsed.get(MESSAGES)
         return given if isinstance(given, list) else ()
 
-    kind = staticmethod(items.kind)
+    @staticmethod
+    def kind(message: Any) -> str | None:
+        """`items.kind`, without building the readings of a plain message (typeless, with a
+        role and none of the members another reading takes): most of a Chat body is such."""
+        if (
+            isinstance(message, dict)
+            and not message.get("type")
+            and "role" in message
+            and _OTHER_READINGS.isdisjoint(message)
+        ):
+            return items.MESSAGE
+        return items.kind(message)
+
     parse = staticmethod(body.parse)
 
     def view(self, parsed: Mapping[str, Any]) -> ChatView:

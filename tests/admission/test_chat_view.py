@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.admission.chat import ChatView
+from proxy.admission.dialect import CHAT_COMPLETIONS
+from proxy.gate import items
 from proxy.gate.items import Item
 from proxy.gate.pairing import NothingRecorded
 
@@ -58,3 +60,17 @@ def test_settling_gives_a_status_only_to_a_function_call_never_relayed() -> None
     relayed.settle(Relayed())
     # Relayed: judged by the status it was relayed with, so it keeps none of its own.
     assert "status" not in relayed.body["input"][0]
+
+
+def test_the_chat_kind_is_the_gates_kind_of_every_message() -> None:
+    members = ["type", "role", "content", "id", "call_id", "name", "output", "summary"]
+    members += ["encrypted_content"]
+    for mask in range(1 << len(members)):
+        for type_value in (None, "", False, "message", "function_call", 3):
+            message: dict[str, Any] = {k: "x" for i, k in enumerate(members) if mask >> i & 1}
+            if "type" in message:
+                message["type"] = type_value
+            assert CHAT_COMPLETIONS.kind(message) == items.kind(message), message
+    others: list[Any] = [None, [], "message", 1]
+    for other in others:
+        assert CHAT_COMPLETIONS.kind(other) == items.kind(other)
