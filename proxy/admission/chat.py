@@ -15,8 +15,8 @@ It imports only the gate's vocabulary: the request targets read its paths.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from proxy.admission import body
 from proxy.gate import items
@@ -37,23 +37,32 @@ _COMPLETED = "completed"
 # Shown for a tool_calls entry with no string type: not a function call, and typed so that no
 # reading of the spec's defaults takes it for one.
 _UNTYPED_CALL = "tool_call"
+# The members by which a typeless item reads as another kind than a message (`items.readings`).
+_OTHER_READINGS = frozenset({"id", "call_id", "summary", "encrypted_content"})
 
 
-@dataclass(frozen=True, slots=True)
-class Place:
+class Place(NamedTuple):
     """Where a shown item lives: its message, the `tool_calls` entry (`call`), or the legacy
-    `function_call` of an assistant message (`legacy`); `param` says it as an error's `param`."""
+    `function_call` of an assistant message (`legacy`). A tuple, its `param` said only when a
+    finding names it: a body's every call has a place, few a finding."""
 
     message: int
-    param: str
     call: int | None = None
     legacy: bool = False
+
+    @property
+    def param(self) -> str:
+        """The place as an error's `param`: `messages[3].tool_calls[1]`."""
+        where = f"{MESSAGES}[{self.message}]"
+        if self.legacy:
+            return f"{where}.function_call"
+        return where if self.call is None else f"{where}.tool_calls[{self.call}]"
 
 
 class ChatView:
     """One body's messages as the gate reads them (`body`), and the way back (`located`)."""
 
-    __slots__ = ("_by_message", "_shown", "body", "messages", "places")
+    __slots__ = ("_by_message", "_shown", "_unsettled", "body", "messages", "places")
 
     def __init__(self, parsed: Mapping[str, Any]) -> None:
         given = parsed.get(MESSAGES)
@@ -61,42 +70,51 @@ class ChatView:
         shown: list[dict[str, Any]] = []
         places: list[Place] = []
         by_message: dict[int, list[int]] = {}
+        # The calls shown without a status: those the ledger's answer settles.
+        unsettled: list[dict[str, Any]] = []
         legacy: dict[Any, str] = {}  # a legacy call's function name → its call id
-
-        def show(item: dict[str, Any], place: Place) -> None:
-            by_message.setdefault(place.message, []).append(len(shown))
-            shown.append(item)
-            places.append(place)
 
         for m, message in enumerate(self.messages):
             if not isinstance(message, dict):
                 continue
-            where = f"{MESSAGES}[{m}]"
             role = message.get("role")
-            if _is_item(message):
+            if message.get("type") is not None and _is_item(message):
                 # Another dialect's item where a message belongs: the gate's envelope.
                 stand_in: dict[str, Any] = {"type": items.MESSAGE, "role": "tool"}
                 stand_in["tool_call_id"] = message.get("call_id")
-                show(stand_in, Place(m, where))
+                by_message[m] = [len(shown)]
+                shown.append(stand_in)
+                places.append(Place(m))
             elif role == "tool":
-                show(
-                    _output(message, "tool_call_id" in message, message.get("tool_call_id")),
-                    Place(m, where),
-                )
+                by_message[m] = [len(shown)]
+                paired = "tool_call_id" in message
+                shown.append(_output(message, paired, message.get("tool_call_id")))
+                places.append(Place(m))
             elif role == "function":
                 call_id = legacy.get(message.get("name"))
-                show(_output(message, call_id is not None, call_id), Place(m, where))
+                by_message[m] = [len(shown)]
+                shown.append(_output(message, call_id is not None, call_id))
+                places.append(Place(m))
             elif role == "assistant":
+                own: list[int] = []
                 calls = message.get("tool_calls")
                 for j, entry in enumerate(calls if isinstance(calls, list) else ()):
                     if isinstance(entry, dict):
-                        show(_call(entry), Place(m, f"{where}.tool_calls[{j}]", j))
+                        call = _call(entry)
+                        if "status" not in call:
+                            unsettled.append(call)
+                        own.append(len(shown))
+                        shown.append(call)
+                        places.append(Place(m, j))
                 function_call = message.get("function_call")
                 if isinstance(function_call, dict):
-                    call_id = f"{where}.function_call"
+                    call_id = f"{MESSAGES}[{m}].function_call"
                     legacy[_hashable(function_call.get("name"))] = call_id
-                    shown_call = _function(function_call, call_id)
-                    show(shown_call, Place(m, f"{where}.function_call", legacy=True))
+                    own.append(len(shown))
+                    shown.append(_function(function_call, call_id))
+                    places.append(Place(m, legacy=True))
+                if own:
+                    by_message[m] = own
         tools = parsed.get("tools")
         functions = parsed.get("functions")
         declared = list(tools) if isinstance(tools, list) else []
@@ -106,16 +124,15 @@ class ChatView:
         self.places = places
         self._shown = shown
         self._by_message = by_message
+        self._unsettled = unsettled
 
     def settle(self, recorded: Recorded | None) -> None:
         """The ledger has been read for this body (`recorded`; None: it names nothing there):
         a call the proxy never relayed is `completed`; one it relayed keeps no status of its
         own, so that the gate judges it by the status it was relayed with."""
-        for item in self._shown:
-            if item.get("type") != items.FUNCTION_CALL or "status" in item:
-                continue
-            if recorded is None or not recorded.emitted_statuses(item):
-                item["status"] = _COMPLETED
+        for call in self._unsettled:
+            if "status" not in call and (recorded is None or not recorded.emitted_statuses(call)):
+                call["status"] = _COMPLETED
 
     def located(self, verdict: Verdict) -> Verdict:
         """The verdict in the body's terms: each finding at its message, and the messages as
@@ -199,7 +216,19 @@ class ChatCompletions:
         given = parsed.get(MESSAGES)
         return given if isinstance(given, list) else ()
 
-    kind = staticmethod(items.kind)
+    @staticmethod
+    def kind(message: Any) -> str | None:
+        """`items.kind`, without building the readings of a plain message (typeless, with a
+        role and none of the members another reading takes): most of a Chat body is such."""
+        if (
+            isinstance(message, dict)
+            and not message.get("type")
+            and "role" in message
+            and _OTHER_READINGS.isdisjoint(message)
+        ):
+            return items.MESSAGE
+        return items.kind(message)
+
     parse = staticmethod(body.parse)
 
     def view(self, parsed: Mapping[str, Any]) -> ChatView:

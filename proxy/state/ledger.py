@@ -156,10 +156,13 @@ class Ledger:
                 view.by_id.update(by_id)
                 for call in calls:
                     view.add_emitted(call)
-            offered = (name for name, _ in items.declared_tools(body))
-            if tools := view.tools_wanted(offered):
-                view.tools.update(await self.store.tools(tenant, sorted(tools)))
-                view.attach_tools()
+            # Only a recorded call may want its tool's schemas: a request whose calls were all
+            # sent inline (a Chat body's, most) reads no tools of its own for it.
+            if view.chain_calls or view.by_id:
+                offered = (name for name, _ in items.declared_tools(body))
+                if tools := view.tools_wanted(offered):
+                    view.tools.update(await self.store.tools(tenant, sorted(tools)))
+                    view.attach_tools()
         except LedgerFault as exc:
             self.fault("read", exc)
             if not self.fail_open:

@@ -86,8 +86,12 @@ class LedgerView:
         return self.by_id.get(item_id)
 
     def emitted_statuses(self, call: Item) -> Sequence[Any]:
+        if not self.emitted_calls:
+            return []  # most requests: nothing they name was emitted
         key = items.pairing_key(call)
-        found = self.emitted_calls.get(key, ()) if key is not None else ()
+        found = self.emitted_calls.get(key) if key is not None else None
+        if not found:
+            return []
         name, arguments = call.get("name"), call.get("arguments")
         return [status for n, a, status in found if n == name and same_arguments(a, arguments)]
 
