@@ -23,6 +23,7 @@ from proxy.admission.emitted import EmittedChecks
 from proxy.admission.mcp import LIST_CHANGED, TOOLS_LIST, Asked
 from proxy.config import Route
 from proxy.gate.arguments import check_arguments
+from proxy.gate.budget import Allowance
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
 from proxy.gate.findings import Finding
@@ -171,6 +172,9 @@ def check_results(
     session = tap.session
     listed = session.listed or {}
     policy = session.route.gate
+    # The results of one answer share one validation time, as the calls of one request do:
+    # the server's schema and its result are no more trusted than a client's.
+    allowance = Allowance(policy.validation_timeout_s)
     for name, result in tap.results:
         tool = listed.get(name)
         if tool is None or tool.output_schema is None or result.get("isError") is True:
@@ -185,7 +189,7 @@ def check_results(
             text = body.dumps(content).decode()
         except ProxyError:
             continue
-        failed = check_arguments(text, [schema], None, bounds.max_violations)
+        failed = check_arguments(text, [schema], allowance, bounds.max_violations)
         verdict = "ok" if failed is None else RESULT_SCHEMA
         if failed is not None:
             finding = Finding(

@@ -3,13 +3,16 @@ object, batches), a session id presented by another tenant, and the session's en
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.builders import HANG_GUARD_S, POLL_S, audit_records
 from tests.fixture_types import ProxyFactory
-from tests.servers.mcp_tools import Ran
+from tests.servers.mcp_tools import DOTTED, Ran, files_server, serve_mcp, slow_schema_server
 
 _ACCEPT = "application/json, text/event-stream"
 
@@ -158,3 +161,51 @@ async def test_mcp_requests_are_counted_under_their_own_dialect(
     ]
     assert any('outcome="rewrite"' in line and 'route="mcp"' in line for line in counted), counted
     assert any('outcome="forward"' in line for line in counted), counted
+
+
+def tool_call(ident: int, name: str, arguments: Any) -> dict[str, Any]:
+    params = {"name": name, "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
+
+
+async def test_a_tool_named_by_mcps_own_rule_is_not_refused_for_its_name(
+    start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    ran = Ran()
+    with serve_mcp(files_server(ran), json_response=True) as url:
+        base = await start_proxy("http://127.0.0.1:9", mcp={"servers": {"files": {"url": url}}})
+        wire = Wire(http, f"{base}/mcp/files", "sk-a")
+        await wire.open()
+        _, answer = await wire.post(tool_call(5, DOTTED, {"path": "a.txt"}))
+        _, broken = await wire.post(tool_call(6, DOTTED, {}))
+    assert answer["result"].get("isError") is not True, answer
+    assert ran.calls == [(DOTTED, {"path": "a.txt"})]
+    # (MCPServer gives a tool returning str an outputSchema: the record is in `_meta`.)
+    assert broken["result"]["_meta"]["replay-proxy/failure"]["reason"] == "arguments_schema"
+
+
+async def test_a_result_is_held_to_its_output_schema_within_the_validation_time(
+    start_proxy: ProxyFactory, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    ran = Ran()
+    with serve_mcp(slow_schema_server(ran), json_response=True) as url:
+        base = await start_proxy(
+            "http://127.0.0.1:9",
+            gate={"validation_timeout_s": 0.05},
+            mcp={"servers": {"slow": {"url": url}}},
+        )
+        wire = Wire(http, f"{base}/mcp/slow", "sk-a")
+        await wire.open()
+        _, answer = await wire.post(tool_call(5, "grep", {}))
+        assert answer["result"]["structuredContent"] == {"line": "a" * 40 + "b"}
+        # Door 2 runs once the answer has gone out: its record, when it is there.
+        for _ in range(int(HANG_GUARD_S / POLL_S)):
+            records = audit_records(tmp_path)
+            if records:
+                break
+            await asyncio.sleep(POLL_S)
+    assert ran.calls == [("grep", {})]
+    [record] = records
+    assert record["event"] == "emitted_result_rejected"
+    [finding] = record["findings"]
+    assert finding["fail"][0]["reason"] == "pattern_timeout"

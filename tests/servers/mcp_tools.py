@@ -106,6 +106,52 @@ def catalog_server(ran: Ran) -> Server[Any]:
     return Server("catalog", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+# MCP's own rule for a tool's name: 1 to 128 of A-Z, a-z, 0-9, `_`, `-` and `.`.
+DOTTED = "files.read_v2-" + "x" * 100
+
+
+def files_server(ran: Ran) -> MCPServer:
+    """One tool, `DOTTED`, named as MCP allows and the Responses item schema does not."""
+    server = MCPServer("files")
+
+    @server.tool(name=DOTTED)
+    def read(path: str) -> str:
+        ran.calls.append((DOTTED, {"path": path}))
+        return "contents"
+
+    return server
+
+
+# A pattern that backtracks exponentially on `a`s and a `b`, and a result that makes it.
+_SLOW = types.Tool(
+    name="grep",
+    input_schema={"type": "object"},
+    output_schema={
+        "type": "object",
+        "properties": {"line": {"type": "string", "pattern": "^(a|a)*$"}},
+    },
+)
+
+
+def slow_schema_server(ran: Ran) -> Server[Any]:
+    """Lists `grep`, whose outputSchema's pattern takes exponential time on the result it gives
+    (the low-level server checks nothing of its own)."""
+
+    async def list_tools(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[_SLOW])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        ran.calls.append((params.name, params.arguments))
+        line = "a" * 40 + "b"
+        return types.CallToolResult(
+            content=[types.TextContent(text=line)], structured_content={"line": line}
+        )
+
+    return Server("slow", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
 @contextlib.contextmanager
 def serve_mcp(server: MCPServer | Server[Any], *, json_response: bool = False) -> Iterator[str]:
     """Serve an MCP server on Streamable HTTP in a thread; yields its endpoint's URL."""
