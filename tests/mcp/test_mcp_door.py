@@ -3,7 +3,6 @@ direct and through the proxy at /mcp/<name>."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.builders import audit_records
 from tests.fixture_types import ProxyFactory
 from tests.servers.mcp_tools import Ran, catalog_server, reports_server, serve_mcp
 
@@ -30,13 +30,6 @@ async def session_at(url: str, key: str = "sk-a") -> AsyncIterator[ClientSession
     ):
         await session.initialize()
         yield session
-
-
-def audited(tmp_path: Path) -> list[dict[str, Any]]:
-    path = tmp_path / "audit.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture(params=[False, True], ids=["sse", "json"])
@@ -116,7 +109,7 @@ async def test_rewrite_answers_a_call_that_breaks_the_schema_as_a_tool_error(
         ("/include_lines", "type"),
     }
     assert [seen(c) for c in result.content] == [{"type": "text", "text": record["error"]}]
-    [entry] = audited(tmp_path)
+    [entry] = audit_records(tmp_path)
     assert entry["transport"] == "mcp"
     assert entry["server"] == "reports"
     assert entry["session"]
@@ -150,7 +143,7 @@ async def test_log_forwards_the_call_and_records_it(
     # This server checks nothing itself: it ran the call, and the proxy recorded why it fails.
     assert ran.calls == [("get_report", {"region": "mars"})]
     assert not result.is_error
-    [entry] = audited(tmp_path)
+    [entry] = audit_records(tmp_path)
     assert entry["action"] == "log"
 
 
@@ -236,7 +229,7 @@ async def test_two_tenants_never_see_each_others_lists(
     assert ran.calls == [("get_report", {"region": "eu"})]
 
 
-async def test_a_result_that_breaks_its_output_schema_is_audited(
+async def test_a_result_that_breaks_its_output_schema_is_audit_records(
     catalog: tuple[str, Ran], start_proxy: ProxyFactory, tmp_path: Path
 ) -> None:
     url, ran = catalog
@@ -245,7 +238,7 @@ async def test_a_result_that_breaks_its_output_schema_is_audited(
         with pytest.raises(RuntimeError, match="Invalid structured content"):
             await session.call_tool("totals", {"bad": True})
     assert ran.calls == [("totals", {"bad": True})]
-    [entry] = audited(tmp_path)
+    [entry] = audit_records(tmp_path)
     assert entry["event"] == "emitted_result_rejected"
     assert entry["transport"] == "mcp"
     assert entry["server"] == "reports"
