@@ -11,7 +11,6 @@ and audited (`event: emitted_result_rejected`). Nothing is changed: the answer w
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ import orjson
 from proxy.admission import body
 from proxy.admission.emitted import EmittedChecks
 from proxy.admission.mcp import LIST_CHANGED, TOOLS_LIST, Asked
+from proxy.admission.tap import event_data, take_events
 from proxy.config import Route
 from proxy.gate.arguments import check_arguments
 from proxy.gate.budget import Allowance
@@ -34,7 +34,6 @@ from proxy.state.tool_lists import Listed, SessionKey, ToolLists
 
 log = logging.getLogger("replay_proxy")
 
-_EVENT_END = re.compile(rb"\r?\n\r?\n")
 RESULT_REJECTED = "emitted_result_rejected"
 RESULT_SCHEMA = "result_schema"
 # Where a result's finding is: what it checks.
@@ -117,18 +116,10 @@ class McpTap:
         self.pending.clear()
 
     async def _events(self) -> None:
-        pending = self.pending
-        start = 0
-        while (match := _EVENT_END.search(pending, start)) is not None:
-            data = [
-                line[5:].removeprefix(b" ")
-                for line in bytes(pending[start : match.start()]).splitlines()
-                if line.startswith(b"data:")
-            ]
-            start = match.end()
+        for block in take_events(self.pending):
+            data = event_data(block)
             if data:
-                await self._read(b"\n".join(data))
-        del pending[:start]
+                await self._read(data)
 
     async def _read(self, data: bytes) -> None:
         try:

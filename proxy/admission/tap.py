@@ -215,12 +215,15 @@ class ResponseTap:
 
     async def _events(self) -> None:
         pending = self.pending
+        start = 0
         if b"\r" in pending:
-            start = await self._events_crlf()
+            # Lines that may end with CRLF: the events one by one, only three kinds decoded.
+            for block in take_events(pending):
+                if any(marker in block for marker in _MARKERS):
+                    await self.event(event_data(block))
         else:
             # Most servers end lines with LF alone: then the events that matter are found by
             # their markers, and the rest (the deltas) are never looked at one by one.
-            start = 0
             while (at := _first_marker(pending, start)) >= 0:
                 begin = pending.rfind(b"\n\n", start, at)
                 begin = start if begin < 0 else begin + 2
@@ -228,7 +231,7 @@ class ResponseTap:
                 if end < 0:
                     start = begin  # that event is not whole yet
                     break
-                await self.event(_data_of(bytes(pending[begin:end])))
+                await self.event(event_data(pending[begin:end]))
                 start = end + 2
             else:
                 # No event that matters is whole: drop every whole one, keep the last, partial
@@ -239,21 +242,6 @@ class ResponseTap:
         if len(pending) > self.limit:
             self.recorded = True
             pending.clear()
-
-    async def _events_crlf(self) -> int:
-        """The events of a stream whose lines may end with CRLF, one by one: decode those that
-        matter; where the rest starts."""
-        pending = self.pending
-        start = 0
-        while True:
-            match = _EVENT_END.search(pending, start)
-            if match is None:
-                return start
-            block = pending[start : match.start()]
-            start = match.end()
-            # Only three kinds of event matter; the rest are not decoded at all.
-            if any(marker in block for marker in _MARKERS):
-                await self.event(_data_of(bytes(block)))
 
     async def event(self, data: bytes | str) -> None:
         """One event's JSON (an SSE `data:` or a WebSocket frame)."""
@@ -283,6 +271,7 @@ class ResponseTap:
 
 
 _FAILED = ("response.failed", "error")
+# The blank line that ends an SSE event (its lines may end with CRLF).
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 # The types of the only SSE events the tap decodes.
 _MARKERS = (b"response.completed", b"response.incomplete", b"response.output_item.done")
@@ -309,7 +298,20 @@ def _first_marker(pending: bytearray, start: int) -> int:
     return first
 
 
-def _data_of(block: bytes) -> bytes:
+def take_events(pending: bytearray) -> list[bytearray]:
+    """The whole SSE events at the start of `pending`, taken out of it, each its lines without
+    the blank line that ends it; a last event not yet whole stays."""
+    blocks = []
+    start = 0
+    while (match := _EVENT_END.search(pending, start)) is not None:
+        blocks.append(pending[start : match.start()])
+        start = match.end()
+    del pending[:start]
+    return blocks
+
+
+def event_data(block: bytes | bytearray) -> bytes:
+    """What an SSE event's `data:` lines carry, joined as the spec joins them."""
     lines = [
         line[5:].removeprefix(b" ") for line in block.splitlines() if line.startswith(b"data:")
     ]
@@ -362,18 +364,14 @@ class ChatTap(ResponseTap):
 
     async def _events(self) -> None:
         pending = self.pending
-        start = 0
-        while (match := _EVENT_END.search(pending, start)) is not None:
-            block = bytes(pending[start : match.start()])
-            start = match.end()
-            if b"[DONE]" in block and _data_of(block).strip() == b"[DONE]":
-                del pending[:start]
+        for block in take_events(pending):
+            if b"[DONE]" in block and event_data(block).strip() == b"[DONE]":
                 await self._end_stream()
                 return
             if b"tool_calls" not in block and not _FINISHED.search(block):
                 continue  # a delta of text: nothing to record
             try:
-                chunk = orjson.loads(_data_of(block))
+                chunk = orjson.loads(event_data(block))
             except orjson.JSONDecodeError:
                 continue
             if isinstance(chunk, dict):
@@ -382,7 +380,6 @@ class ChatTap(ResponseTap):
                 self.recorded = True  # too large to keep a copy of; it goes by unrecorded
                 pending.clear()
                 return
-        del pending[:start]
         if len(pending) > self.limit:
             self.recorded = True
             pending.clear()
