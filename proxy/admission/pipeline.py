@@ -306,8 +306,7 @@ async def _shortcut(
     if routed.upstream != verified.upstream or policy is not verified.policy or routed.model:
         return None
     seen = dialect.view(extended)
-    shown = seen.body.get("input")
-    keys = prefixes.keys_of(shown if isinstance(shown, list) else ())
+    keys = prefixes.keys_of(seen.body)
     if keys is None or not keys.isdisjoint(verified.keys):
         return None
     if Wanted.of(seen.body, provenance=policy.require_provenance) is not None:
@@ -362,8 +361,7 @@ def _remember(
     key = prefixes.ITEMS_KEY.get(request.dialect)
     if key is None or len(decoded) <= prefixes.ANCHOR or not isinstance(parsed.get(key), list):
         return
-    shown = seen.body.get("input")
-    keys = prefixes.keys_of(shown if isinstance(shown, list) else ())
+    keys = prefixes.keys_of(seen.body)
     if keys is None:
         return
     located = prefixes.locate(decoded, key, parsed)

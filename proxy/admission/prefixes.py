@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,11 +258,12 @@ def _quoted(name: str) -> bytes:
     return json.dumps(name, ensure_ascii=False).encode()
 
 
-def keys_of(shown: Iterable[Any]) -> frozenset[str] | None:
-    """Every id the items (as the gate reads them) may be paired or told apart by; None when
-    one is of a kind whose verdict reaches past its pair."""
+def keys_of(shown: Mapping[str, Any]) -> frozenset[str] | None:
+    """Every id the items of a body as the gate reads it (a dialect's view) may be paired or
+    told apart by; None when one is of a kind whose verdict reaches past its pair."""
+    items_shown = shown.get("input")
     found: set[str] = set()
-    for item in shown:
+    for item in items_shown if isinstance(items_shown, list) else ():
         if items.kind(item) not in LOCAL_KINDS:
             return None
         for name in _ID_FIELDS:
