@@ -150,16 +150,17 @@ async def admit(
     started = time.perf_counter() if request.started is None else request.started
     dialect = request.dialect
     label = "websocket" if request.transport == "websocket" else dialect.paths[request.path]
-    sessions = caches.prefixes if isinstance(caches, RouteCaches) else None
+    # The verified prefixes of live sessions, when they are held (a front's caches hold them).
+    sessions = caches if isinstance(caches, RouteCaches) and caches.prefixes.enabled else None
     try:
         if request.content_type is not None:
             body.check_content_type(request.content_type)
         applied = body.codings(request.content_encoding)
         raw = request.raw
         decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
-        if sessions is not None and sessions.enabled and isinstance(caches, RouteCaches):
+        if sessions is not None:
             # A session's history passed already: only what follows it is read and judged.
-            shortcut = await _shortcut(request, config, decoded, caches, metrics, started)
+            shortcut = await _shortcut(request, config, decoded, sessions, metrics, started)
             if shortcut is not None:
                 return shortcut
         parsed = dialect.parse(decoded)
@@ -236,14 +237,13 @@ async def admit(
             recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
     if (
         sessions is not None
-        and sessions.enabled
         and outcome is Outcome.FORWARD
         and not verdict.findings
         and not changed
         and view is None
         and not config.ledger.whole_items
     ):
-        _remember(request, sessions, decoded, parsed, seen, recorded, routed)
+        _remember(request, sessions.prefixes, decoded, parsed, seen, recorded, routed)
     return Forward(
         data,
         _DECODED,
