@@ -29,7 +29,6 @@ from proxy.admission.dialect import (
     CHAT_COMPLETIONS,
     NO_DIALECT,
     OPEN_RESPONSES,
-    Dialect,
     dialect_of,
 )
 from proxy.admission.emitted import EmittedCalls
@@ -435,7 +434,7 @@ class Exchange:
         assert self.target is not None
         session = self.mcp
         if session is not None:
-            dialect: Dialect = McpCalls(session.server, self.services.tool_lists, session.key)
+            calls = McpCalls(session.server, self.services.tool_lists, session.key)
             request = pipeline.Request(
                 raw,
                 session.path,
@@ -445,7 +444,7 @@ class Exchange:
                 None,  # checked at the head
                 content_encoding,
                 started,
-                dialect=dialect,
+                dialect=calls,
                 route=session.route,
                 server=session.server,
                 session=session.session,
@@ -484,11 +483,8 @@ class Exchange:
         self.outcome = decided.outcome
         self.added = decided.add_headers
         if session is not None:
-            # What the tap watches for: read again from the bytes that go (as the gate read them).
-            parsed = request.dialect.parse(decided.data)
-            assert isinstance(request.dialect, McpCalls)
-            session.asked, session.raw = request.dialect.asked(parsed), raw
-            session.listed = request.dialect.listed
+            # What the tap watches for, as admission read the body (it goes as it came).
+            session.asked, session.raw, session.listed = calls.asked, raw, calls.listed
         if decided.record:
             self.recording = self._recording(request, decided)
         return decided

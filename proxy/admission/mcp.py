@@ -85,11 +85,15 @@ class McpCalls:
         # The called tools of the session's list (`load`); None: it could not be read and the
         # ledger fails open, so the calls go unjudged.
         self.listed: Mapping[str, Listed] | None = {}
+        # The requests of the body whose answers the tap watches, by JSON-RPC id (`load`).
+        self.asked: Mapping[Any, Asked] = {}
         self.paths: Mapping[str, str] = {PREFIX + server: ROUTE}
 
     async def load(self, parsed: Mapping[str, Any]) -> None:
         """The tools the body calls, as the session's list names them: one read of the store
-        when it calls any. Raises LedgerFault."""
+        when it calls any; and the requests whose answers the tap watches. Raises
+        LedgerFault."""
+        self.asked = _asked(parsed)
         names = {
             name
             for message in parsed[MESSAGES]
@@ -172,20 +176,6 @@ class McpCalls:
             return {"jsonrpc": "2.0", "id": asked, "result": result}
         return _error(asked, INVALID_PARAMS, failure_record(finding)["error"], verdict, refused)
 
-    def asked(self, parsed: Mapping[str, Any]) -> dict[Any, Asked]:
-        """The requests whose answers the tap watches, by JSON-RPC id."""
-        found: dict[Any, Asked] = {}
-        for message in parsed[MESSAGES]:
-            if not isinstance(message, dict) or not _hashable(message.get("id")):
-                continue
-            method, params = message.get("method"), message.get("params")
-            params = params if isinstance(params, dict) else {}
-            if method == TOOLS_LIST:
-                found[message["id"]] = Asked(TOOLS_LIST, first=params.get("cursor") is None)
-            elif method == TOOLS_CALL and isinstance(params.get("name"), str):
-                found[message["id"]] = Asked(TOOLS_CALL, params["name"])
-        return found
-
 
 class McpView:
     """The tools/calls of a body as function_calls (with an output each) in their server's
@@ -248,6 +238,21 @@ class McpView:
             paired_index=message,
             param=f"[{message}].params" if self.batch else "params",
         )
+
+
+def _asked(parsed: Mapping[str, Any]) -> dict[Any, Asked]:
+    """The requests of a body whose answers the tap watches, by JSON-RPC id."""
+    found: dict[Any, Asked] = {}
+    for message in parsed[MESSAGES]:
+        if not isinstance(message, dict) or not _hashable(message.get("id")):
+            continue
+        method, params = message.get("method"), message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method == TOOLS_LIST:
+            found[message["id"]] = Asked(TOOLS_LIST, first=params.get("cursor") is None)
+        elif method == TOOLS_CALL and isinstance(params.get("name"), str):
+            found[message["id"]] = Asked(TOOLS_CALL, params["name"])
+    return found
 
 
 def _readable(message: Any) -> bool:
