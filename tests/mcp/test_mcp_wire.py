@@ -13,6 +13,7 @@ import pytest
 from tests.builders import HANG_GUARD_S, POLL_S, audit_records
 from tests.fixture_types import ProxyFactory
 from tests.servers.mcp_tools import DOTTED, Ran, files_server, serve_mcp, slow_schema_server
+from tests.servers.recording import RecordingUpstream
 
 _ACCEPT = "application/json, text/event-stream"
 
@@ -209,3 +210,28 @@ async def test_a_result_is_held_to_its_output_schema_within_the_validation_time(
     assert record["event"] == "emitted_result_rejected"
     [finding] = record["findings"]
     assert finding["fail"][0]["reason"] == "pattern_timeout"
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        pytest.param(b'{"jsonrpc":', "invalid_json", id="cut-short"),
+        pytest.param(b'{"jsonrpc":"2.0","jsonrpc":"2.0"}', "invalid_json", id="duplicate-key"),
+        pytest.param(b"[]", "invalid_body", id="empty-batch"),
+        pytest.param(b"5", "invalid_body", id="no-message"),
+    ],
+)
+async def test_a_body_that_is_no_json_rpc_is_refused_and_never_forwarded(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    http: aiohttp.ClientSession,
+    data: bytes,
+    code: str,
+) -> None:
+    server = {"url": f"{recording_upstream.url}/mcp"}
+    base = await start_proxy(recording_upstream.url, mcp={"servers": {"tools": server}})
+    headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
+    async with http.post(f"{base}/mcp/tools", data=data, headers=headers) as answer:
+        assert answer.status == 400
+        assert (await answer.json())["error"]["code"] == code
+    assert recording_upstream.received == []
