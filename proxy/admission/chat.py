@@ -229,7 +229,15 @@ class ChatCompletions:
             return items.MESSAGE
         return items.kind(message)
 
-    parse = staticmethod(body.parse)
+    def parse(self, decoded: bytes) -> dict[str, Any]:
+        """The body read as any gated body is; its `messages`, when present, an array (as an
+        Open Responses body's `input` is held to its own forms)."""
+        parsed = body.parse(decoded)
+        if MESSAGES in parsed and not isinstance(parsed[MESSAGES], list):
+            raise body.BodyError(
+                400, "invalid_messages", "`messages` must be an array of messages", param=MESSAGES
+            )
+        return parsed
 
     def view(self, parsed: Mapping[str, Any]) -> ChatView:
         return ChatView(parsed)

@@ -160,6 +160,20 @@ async def test_a_clean_replay_goes_upstream_as_sent(
     assert audit_records(tmp_path) == []
 
 
+@pytest.mark.parametrize("messages", [5, "hi", {"role": "user"}, None], ids=str)
+async def test_messages_that_are_no_array_are_refused_and_never_forwarded(
+    chat_upstream: RecordingUpstream, start_proxy: ProxyFactory, client_for: Clients, messages: Any
+) -> None:
+    client = client_for(await start_proxy(chat_upstream.url))
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+
+    assert refused.value.code == "invalid_messages"
+    assert refused.value.param == "messages"
+    assert chat_upstream.received == []
+
+
 async def test_the_legacy_function_form_is_gated(
     chat_upstream: RecordingUpstream, start_proxy: ProxyFactory, client_for: Clients
 ) -> None:
