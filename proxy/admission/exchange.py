@@ -562,11 +562,13 @@ class Exchange:
         client has the whole answer finds the record. (The tap's own coroutine, not one of
         the exchange's around it: one coroutine less per chunk.)"""
         tap = self.tap
-        return _NOTHING if tap is None else tap.feed(data)
+        waiting = None if tap is None else tap.feed(data)
+        return _NOTHING if waiting is None else waiting
 
-    def feeder(self) -> Callable[[bytes], Awaitable[None]] | None:
+    def feeder(self) -> Callable[[bytes], Awaitable[None] | None] | None:
         """What a front that relays many chunks hands each one to (what `chunk` does, without
-        a call of the exchange's per chunk); None when the answer is not watched."""
+        a call of the exchange's per chunk; it gives None for a chunk that needs no wait);
+        None when the answer is not watched."""
         return None if self.tap is None else self.tap.feed
 
     def end(self) -> Awaitable[None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("replay_proxy")
 
 _TERMINAL = ("response.completed", "response.incomplete")
+# The types of the only SSE events the tap decodes; any of them, found in one search (three
+# finds each read on past the first marker to the end).
+_MARKERS = (b"response.completed", b"response.incomplete", b"response.output_item.done")
+_ANY_MARKER = re.compile(rb"response\.(?:completed|incomplete|output_item\.done)")
+_LF = ord("\n")
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,10 @@ class ResponseTap:
     door 2's record of them names that frame.
     """
 
+    # What a stream's chunk of whole events holds when one of them may be decoded: the type
+    # of an event `event` reads (`_MARKERS`).
+    _decoded: re.Pattern[bytes] = _ANY_MARKER
+
     def __init__(
         self,
         ledger: Ledger,
@@ -130,9 +140,23 @@ class ResponseTap:
             except body.BodyError as exc:
                 self._unrecorded(exc)
 
-    async def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> Awaitable[None] | None:
+        """A chunk of the answer: what to await before it goes on, or None when it needs no
+        wait. A stream's chunk of whole events none of which the tap decodes (most of them:
+        the deltas) is passed over with one search, no copy kept and no coroutine made."""
         if self.recorded:
-            return
+            return None
+        if (
+            self.sse
+            and not self.pending
+            and not self.inflaters
+            and chunk.endswith(b"\n\n")
+            and self._decoded.search(chunk) is None
+        ):
+            return None
+        return self._feed(chunk)
+
+    async def _feed(self, chunk: bytes) -> None:
         self.received += len(chunk)
         if not self.sse and not self.pending and len(chunk) == self.expected:
             self.recorded = True  # the whole body in one chunk, as small answers come
@@ -220,7 +244,7 @@ class ResponseTap:
             # Lines that may end with CRLF: the events one by one, only three kinds decoded.
             for block in take_events(pending):
                 if any(marker in block for marker in _MARKERS):
-                    await self.event(event_data(block))
+                    await self._event(event_data(block))
         else:
             # Most servers end lines with LF alone: then the events that matter are found by
             # their markers, and the rest (the deltas) are never looked at one by one.
@@ -231,7 +255,7 @@ class ResponseTap:
                 if end < 0:
                     start = begin  # that event is not whole yet
                     break
-                await self.event(event_data(pending[begin:end]))
+                await self._event(event_data(pending[begin:end]))
                 start = end + 2
             else:
                 # No event that matters is whole: drop every whole one, keep the last, partial
@@ -245,8 +269,11 @@ class ResponseTap:
 
     async def event(self, data: bytes | str) -> None:
         """One event's JSON (an SSE `data:` or a WebSocket frame)."""
-        if not any(marker in data for marker in _MARKERS_OF[type(data)]):
-            return
+        if any(marker in data for marker in _MARKERS_OF[type(data)]):
+            await self._event(data)
+
+    async def _event(self, data: bytes | str) -> None:
+        """An event whose type may be one the tap reads (its block holds a marker)."""
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -273,8 +300,6 @@ class ResponseTap:
 _FAILED = ("response.failed", "error")
 # The blank line that ends an SSE event (its lines may end with CRLF).
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
-# The types of the only SSE events the tap decodes.
-_MARKERS = (b"response.completed", b"response.incomplete", b"response.output_item.done")
 _MARKERS_OF: dict[type, tuple[Any, ...]] = {
     bytes: _MARKERS,
     # WebSocket frames: a failed turn ends too (its queued context is dropped).
@@ -290,12 +315,8 @@ _MARKERS_OF: dict[type, tuple[Any, ...]] = {
 
 def _first_marker(pending: bytearray, start: int) -> int:
     """Where the first of the markers is in `pending` from `start`, or -1."""
-    first = -1
-    for marker in _MARKERS:
-        at = pending.find(marker, start)
-        if at >= 0 and (first < 0 or at < first):
-            first = at
-    return first
+    found = _ANY_MARKER.search(pending, start)
+    return -1 if found is None else found.start()
 
 
 def take_events(pending: bytearray) -> list[bytearray]:
@@ -312,6 +333,16 @@ def take_events(pending: bytearray) -> list[bytearray]:
 
 def event_data(block: bytes | bytearray) -> bytes:
     """What an SSE event's `data:` lines carry, joined as the spec joins them."""
+    at = block.find(b"data:")
+    if (
+        at >= 0
+        and (at == 0 or block[at - 1] == _LF)
+        and block.find(b"data:", at + 5) < 0
+        and b"\r" not in block
+    ):
+        # The usual event: one `data:` line, lines ending with LF; cut out of its block.
+        end = block.find(b"\n", at)
+        return bytes(block[at + 5 : end if end >= 0 else len(block)]).removeprefix(b" ")
     lines = [
         line[5:].removeprefix(b" ") for line in block.splitlines() if line.startswith(b"data:")
     ]
@@ -327,6 +358,9 @@ class ChatTap(ResponseTap):
     recorded at `data: [DONE]`, or when it ends without one (a choice that never said how it
     ended is cut). Past `limit` characters of arguments, it goes by unrecorded.
     """
+
+    # A chunk of whole events none of which ends the stream, a choice, or carries a call.
+    _decoded = re.compile(rb'\[DONE\]|tool_calls|"finish_reason"\s*:\s*"')
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -120,8 +120,8 @@ async def _stream(
         await response.prepare(request)
         feed = exchange.feeder()
         async for chunk in content.iter_any():
-            if feed is not None:
-                await feed(chunk)
+            if feed is not None and (waiting := feed(chunk)) is not None:
+                await waiting
             await response.write(chunk)
             access.bytes += len(chunk)
         cut = cut_of(protocol)

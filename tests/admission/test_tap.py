@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from typing import Any
 
 import brotli
 import pytest
 
-from proxy.admission.tap import ResponseTap
+from proxy.admission.tap import ResponseTap, event_data
 from proxy.server.headers import readable_accept_encoding
 from proxy.state.ledger import Ledger
 from proxy.state.stores import MemoryStore
@@ -52,18 +53,26 @@ def stream(*, output_in_completed: bool, newline: str) -> bytes:
 async def tapped(
     answer: bytes, chunk: int, content_type: str, coding: str = "", length: int | None = None
 ) -> MemoryStore:
-    """What the tap recorded of `answer` fed in chunks of `chunk` bytes."""
+    """What the tap recorded of `answer` fed in chunks of `chunk` bytes (0: an event a chunk,
+    each ending with its blank line, as most servers write them)."""
     store = MemoryStore(max_responses=10, ttl_s=60)
     ledger = Ledger(store, max_chain=8, fail_open=False)
     tap = ResponseTap(ledger, "t", content_type, length, 1 << 20, content_encoding=coding)
-    for start in range(0, len(answer), chunk):
-        await tap.feed(answer[start : start + chunk])
+    if chunk:
+        chunks = [answer[start : start + chunk] for start in range(0, len(answer), chunk)]
+    else:
+        chunks = [part for part in re.split(rb"(?<=\n\n)|(?<=\r\n\r\n)", answer) if part]
+    for part in chunks:
+        if (waiting := tap.feed(part)) is not None:
+            await waiting
     await tap.finish()
     return store
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
-@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20], ids=lambda n: f"chunks-of-{n}")
+@pytest.mark.parametrize(
+    "chunk", [0, 1, 7, 64, 1 << 20], ids=lambda n: f"chunks-of-{n}" if n else "an-event-a-chunk"
+)
 @pytest.mark.parametrize("output_in_completed", [True, False], ids=["whole", "from-items"])
 async def test_a_stream_is_recorded_once_with_its_calls(
     newline: str, chunk: int, output_in_completed: bool
@@ -144,3 +153,21 @@ async def test_an_answer_in_a_coding_the_tap_cannot_read_is_relayed_unrecorded()
 )
 def test_the_upstream_is_asked_only_for_codings_the_tap_reads(accept: str, asked: str) -> None:
     assert readable_accept_encoding(accept) == asked
+
+
+@pytest.mark.parametrize(
+    ("block", "data"),
+    [
+        pytest.param(b'event: x\ndata: {"a": 1}', b'{"a": 1}', id="one-line"),
+        pytest.param(b'data:{"a": 1}\nid: 7', b'{"a": 1}', id="no-space-then-a-field"),
+        pytest.param(b"data: [1,\ndata: 2]", b"[1,\n2]", id="lines-joined"),
+        pytest.param(b'data: {"t": "data: no"}', b'{"t": "data: no"}', id="data-in-the-json"),
+        pytest.param(b'event: data: x\ndata: "y"', b'"y"', id="data-in-another-line"),
+        pytest.param(b'event: x\r\ndata: "y"\r', b'"y"', id="crlf"),
+        pytest.param(b"event: x\rdata: 1", b"1", id="cr"),
+        pytest.param(b"event: x", b"", id="no-data"),
+    ],
+)
+def test_an_events_data_is_read_as_the_spec_reads_it(block: bytes, data: bytes) -> None:
+    assert event_data(block) == data
+    assert event_data(bytearray(block)) == data
