@@ -164,10 +164,35 @@ def loads_shallow(decoded: bytes) -> Any:
         )
     except ValueError:
         return None
-    return None if _has_infinity(value) else value
+    return None if _has_infinity(decoded, value) else value
 
 
-def _has_infinity(value: Any) -> bool:
+# Up to this size a body is told free of infinities by writing it again (a few times quicker
+# than a walk over its values there); past it, where long escaped strings make writing dearer
+# than the walk, by the walk.
+_WRITTEN_BYTES = 8192
+
+
+def _has_infinity(decoded: bytes, value: Any) -> bool:
+    """Whether jiter read a number of `decoded` (its `value`) as an infinity.
+
+    orjson writes an infinity as `null`, and writes again every `null` of the bytes read: a
+    literal one, or one in a string (its letters are never escaped; a newline escaped before
+    `ull` is escaped again alike). So the written value holds at least as many `null`s as the
+    bytes, one more for each infinity, and as many only if there is none. More is a string
+    escaped differently, or an infinity: the walk decides.
+    """
+    if len(decoded) <= _WRITTEN_BYTES:
+        try:
+            written = orjson.dumps(value)
+        except orjson.JSONEncodeError:  # an integer beyond 64 bits
+            return _walk(value)
+        if written.count(b"null") == decoded.count(b"null"):
+            return False
+    return _walk(value)
+
+
+def _walk(value: Any) -> bool:
     stack: list[Any] = [[value]]
     while stack:
         item = stack.pop()

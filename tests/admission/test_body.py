@@ -9,7 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import brotli
+import jiter
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.admission import body
 from proxy.admission.body import (
@@ -246,3 +249,38 @@ def test_what_jiter_reads_at_once_is_read_alike_alone() -> None:
     doc = b'[{"type": "message", "n": 123456789012345678901234567890}]'
     assert body.loads_shallow(doc) == body.loads(doc)
     assert body.loads(b"null") is None
+
+
+# Pieces of JSON text: numbers that overflow a double or not, integers beyond 64 bits, and
+# strings that hold `null` literally, escaped, or split by an escape.
+_NUMBERS = st.sampled_from(
+    ["1", "-0.5", "1e308", "1e309", "-1e400", "1.8e308", "1E+999", "12345678901234567890123", "0"]
+)
+_STRINGS = st.sampled_from(
+    ['"null"', '"\\null"', '"nul\\u006c"', '"\\u006eull"', '"a\\"null"', '"n\\u0000ull"', '"x"']
+)
+_SCALARS = st.one_of(_NUMBERS, _STRINGS, st.sampled_from(["null", "true", "false"]))
+
+
+def _json_text(leaves: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4).map(lambda xs: "[" + ", ".join(xs) + "]"),
+            st.lists(inner, max_size=4).map(
+                lambda xs: "{" + ",".join(f'"k{i}": {x}' for i, x in enumerate(xs)) + "}"
+            ),
+        ),
+        max_leaves=12,
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_text(_SCALARS))
+def test_a_body_is_told_free_of_infinities_as_a_walk_tells_it(text: str) -> None:
+    # Small bodies are told by writing them again, large ones by the walk: both as the walk.
+    raw = text.encode()
+    value = jiter.from_json(raw, allow_inf_nan=False, catch_duplicate_keys=True)
+    assert body._has_infinity(raw, value) == body._walk(value)
+    padded = b'{"pad": "' + b"x" * 9000 + b'", "v": ' + raw + b"}"
+    assert body._has_infinity(padded, {"pad": "x" * 9000, "v": value}) == body._walk(value)
