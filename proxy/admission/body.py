@@ -42,6 +42,8 @@ def check_content_type(content_type: str) -> None:
 
 def codings(content_encoding: str) -> list[str]:
     """The content codings in the order they were applied, `identity` left out."""
+    if not content_encoding:
+        return []  # most bodies and answers: none
     found = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
     return [c for c in found if c != "identity"]
 
