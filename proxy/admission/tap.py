@@ -30,10 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("replay_proxy")
 
 _TERMINAL = ("response.completed", "response.incomplete")
-# The types of the only SSE events the tap decodes; any of them, found in one search (three
-# finds each read on past the first marker to the end).
+# The types of the only SSE events the tap decodes.
 _MARKERS = (b"response.completed", b"response.incomplete", b"response.output_item.done")
-_ANY_MARKER = re.compile(rb"response\.(?:completed|incomplete|output_item\.done)")
 _LF = ord("\n")
 
 
@@ -94,10 +92,6 @@ class ResponseTap:
     door 2's record of them names that frame.
     """
 
-    # What a stream's chunk of whole events holds when one of them may be decoded: the type
-    # of an event `event` reads (`_MARKERS`).
-    _decoded: re.Pattern[bytes] = _ANY_MARKER
-
     def __init__(
         self,
         ledger: Ledger,
@@ -130,7 +124,9 @@ class ResponseTap:
         self.codings = body.codings(content_encoding)
         self.received = 0
         self.pending = bytearray()
-        self.done_items: list[Any] = []
+        # The events that may be a finished output item, as they came: read only when the
+        # response that ends the turn does not list its output itself (most servers' do).
+        self.done_items: list[bytes | str] = []
         self.recorded = False
         # A stream is decoded as it goes by, undoing its codings last applied first.
         self.inflaters: list[body.Inflater] = []
@@ -151,10 +147,16 @@ class ResponseTap:
             and not self.pending
             and not self.inflaters
             and chunk.endswith(b"\n\n")
-            and self._decoded.search(chunk) is None
+            and not self._may_decode(chunk)
         ):
             return None
         return self._feed(chunk)
+
+    def _may_decode(self, events: bytes) -> bool:
+        """Whether whole events may hold one the tap decodes: one holds the type of an event
+        `event` reads. (A search per marker: one regular expression for all three costs
+        several times more, stopping at every `response.`.)"""
+        return any(events.find(marker) >= 0 for marker in _MARKERS)
 
     async def _feed(self, chunk: bytes) -> None:
         self.received += len(chunk)
@@ -240,15 +242,18 @@ class ResponseTap:
     async def _events(self) -> None:
         pending = self.pending
         start = 0
-        if b"\r" in pending:
+        if pending.find(b"\r") >= 0:
             # Lines that may end with CRLF: the events one by one, only three kinds decoded.
             for block in take_events(pending):
-                if any(marker in block for marker in _MARKERS):
+                if any(block.find(marker) >= 0 for marker in _MARKERS):
                     await self._event(event_data(block))
         else:
             # Most servers end lines with LF alone: then the events that matter are found by
             # their markers, and the rest (the deltas) are never looked at one by one.
-            while (at := _first_marker(pending, start)) >= 0:
+            # Where each marker is next: each is looked for again only once passed, so the
+            # buffer is read about once per marker, however many events it holds.
+            found = [pending.find(marker, start) for marker in _MARKERS]
+            while (at := _first_marker(pending, start, found)) >= 0:
                 begin = pending.rfind(b"\n\n", start, at)
                 begin = start if begin < 0 else begin + 2
                 end = pending.find(b"\n\n", at)
@@ -269,11 +274,17 @@ class ResponseTap:
 
     async def event(self, data: bytes | str) -> None:
         """One event's JSON (an SSE `data:` or a WebSocket frame)."""
-        if any(marker in data for marker in _MARKERS_OF[type(data)]):
+        # `find`, not `in`: on bytes `in` first tries the marker as an integer (a raised and
+        # cleared TypeError per test, dearer than the search).
+        if any(data.find(marker) >= 0 for marker in _MARKERS_OF[type(data)]):
             await self._event(data)
 
     async def _event(self, data: bytes | str) -> None:
         """An event whose type may be one the tap reads (its block holds a marker)."""
+        if not any(data.find(marker) >= 0 for marker in _ENDS_OF[type(data)]):
+            # Only an output item can be done here: kept unread for the turn's end.
+            self.done_items.append(data)
+            return
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -282,11 +293,11 @@ class ResponseTap:
             return
         kind = event.get("type")
         if kind == "response.output_item.done" and isinstance(event.get("item"), dict):
-            self.done_items.append(event["item"])
+            self.done_items.append(data)
         elif kind in _TERMINAL and isinstance(event.get("response"), dict):
             response = event["response"]
             if not response.get("output") and self.done_items:
-                response = {**response, "output": self.done_items}
+                response = {**response, "output": _done_items(self.done_items)}
             self.done_items = []
             context, policy, bounds, relayed = self._turn()
             await self.ledger.record(self.tenant, response, context, self.upstream)
@@ -298,6 +309,31 @@ class ResponseTap:
 
 
 _FAILED = ("response.failed", "error")
+# The events that end a turn hold one of these (their type); an event without any is at most
+# an output item done.
+_ENDS_OF: dict[type, tuple[Any, ...]] = {
+    bytes: (b"response.completed", b"response.incomplete"),
+    str: ("response.completed", "response.incomplete", "error", "response.failed"),
+}
+
+
+def _done_items(events: list[bytes | str]) -> list[Any]:
+    """The items of the `response.output_item.done` events among `events`, in order."""
+    found = []
+    for data in events:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if (
+            isinstance(event, dict)
+            and event.get("type") == "response.output_item.done"
+            and isinstance(event.get("item"), dict)
+        ):
+            found.append(event["item"])
+    return found
+
+
 # The blank line that ends an SSE event (its lines may end with CRLF).
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _MARKERS_OF: dict[type, tuple[Any, ...]] = {
@@ -313,10 +349,16 @@ _MARKERS_OF: dict[type, tuple[Any, ...]] = {
 }
 
 
-def _first_marker(pending: bytearray, start: int) -> int:
-    """Where the first of the markers is in `pending` from `start`, or -1."""
-    found = _ANY_MARKER.search(pending, start)
-    return -1 if found is None else found.start()
+def _first_marker(pending: bytearray, start: int, found: list[int]) -> int:
+    """Where the first of the markers is in `pending` from `start`, or -1; `found` holds where
+    each was found last (-1: nowhere after), and is brought up to `start`."""
+    first = -1
+    for index, at in enumerate(found):
+        if 0 <= at < start:
+            at = found[index] = pending.find(_MARKERS[index], start)
+        if at >= 0 and (first < 0 or at < first):
+            first = at
+    return first
 
 
 def take_events(pending: bytearray) -> list[bytearray]:
@@ -338,7 +380,7 @@ def event_data(block: bytes | bytearray) -> bytes:
         at >= 0
         and (at == 0 or block[at - 1] == _LF)
         and block.find(b"data:", at + 5) < 0
-        and b"\r" not in block
+        and block.find(b"\r") < 0
     ):
         # The usual event: one `data:` line, lines ending with LF; cut out of its block.
         end = block.find(b"\n", at)
@@ -359,8 +401,13 @@ class ChatTap(ResponseTap):
     ended is cut). Past `limit` characters of arguments, it goes by unrecorded.
     """
 
-    # A chunk of whole events none of which ends the stream, a choice, or carries a call.
-    _decoded = re.compile(rb'\[DONE\]|tool_calls|"finish_reason"\s*:\s*"')
+    def _may_decode(self, events: bytes) -> bool:
+        """Whether whole events may end the stream or a choice, or carry a call."""
+        return (
+            events.find(b"[DONE]") >= 0
+            or events.find(b"tool_calls") >= 0
+            or (events.find(b'"finish_reason"') >= 0 and _FINISHED.search(events) is not None)
+        )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -399,10 +446,10 @@ class ChatTap(ResponseTap):
     async def _events(self) -> None:
         pending = self.pending
         for block in take_events(pending):
-            if b"[DONE]" in block and event_data(block).strip() == b"[DONE]":
+            if block.find(b"[DONE]") >= 0 and event_data(block).strip() == b"[DONE]":
                 await self._end_stream()
                 return
-            if b"tool_calls" not in block and not _FINISHED.search(block):
+            if block.find(b"tool_calls") < 0 and not _FINISHED.search(block):
                 continue  # a delta of text: nothing to record
             try:
                 chunk = orjson.loads(event_data(block))

@@ -38,7 +38,13 @@ def kept(item: Item, tools: str | None = None, *, trusted: bool = False) -> dict
     A function_call is tagged with `tools`, the hash of the tools it was made with, unless it is
     `trusted` (read from the ledger) and tagged already.
     """
-    item_kind = items.kind(item)
+    return _kept(item, items.kind(item), tools, trusted)
+
+
+def _kept(
+    item: Item, item_kind: str | None, tools: str | None, trusted: bool
+) -> dict[str, Any] | None:
+    """`kept` of an item whose kind is known."""
     if item_kind == items.MESSAGE:
         item_id = item.get("id")
         if not isinstance(item_id, str):
@@ -140,8 +146,8 @@ class RecordedResponse:
         found = [
             recorded
             for item in output
-            if isinstance(item, dict) and items.kind(item) != COMPACTION
-            if (recorded := kept(item, tools)) is not None
+            if isinstance(item, dict) and (item_kind := items.kind(item)) != COMPACTION
+            if (recorded := _kept(item, item_kind, tools, False)) is not None
         ]
         if context.compacts:
             # The compaction item is opaque: it stands for the calls that went into it.
