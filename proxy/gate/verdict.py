@@ -225,16 +225,19 @@ class _Inspection:
             yield Finding(None, ENVELOPE, self.policy.action_for(ENVELOPE), param=MESSAGES)
         # Looked up once, not per item: most upstreams have no vendor (no item is foreign)
         # and a vocabulary with no kind that carries its own result.
-        kinds, outputs, ran = self.pairing.kinds, self.vocabulary.outputs, self.vocabulary.ran
+        pairing = self.pairing
+        kinds, ambiguous, unknown = pairing.kinds, pairing.ambiguous, pairing.unknown
+        outputs, ran = self.vocabulary.outputs, self.vocabulary.ran
         vendor = self.policy.vendor
+        is_envelope = items.is_envelope
         for index, item in enumerate(self.input):
-            if items.is_envelope(item):
+            if is_envelope(item):
                 yield self.finding(index, _string(item.get("tool_call_id")), ENVELOPE)
-            if index in self.pairing.ambiguous:
+            if index in ambiguous:
                 yield self.finding(index, _string(item.get("call_id")), AMBIGUOUS_ITEM)
-            elif index in self.pairing.unknown:
-                unknown = self.finding(index, None, UNKNOWN_REFERENCE)
-                yield replace(unknown, reference=items.reference_id(item))
+            elif index in unknown:
+                found = self.finding(index, None, UNKNOWN_REFERENCE)
+                yield replace(found, reference=items.reference_id(item))
             if vendor is not None:
                 foreign = self.foreign(index, item)
                 if foreign is not None:
@@ -350,24 +353,25 @@ class _Inspection:
         call_id = found if isinstance(found, str) else None
         if call_id is None:
             return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
-        inline, by_reference, upstream = self.pairing.paired(index, call_id)
-        if not inline + by_reference + len(upstream):
+        pairing = self.pairing
+        inline, by_reference, upstream = pairing.paired(index, call_id)
+        candidates = inline + by_reference + len(upstream)
+        if not candidates:
             if self.recorded.trust_unpaired:
                 return None
             return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
         paired_index: int | None
         if inline:
-            paired_index = self.pairing.candidates[call_id][0]
+            paired_index = pairing.candidates[call_id][0]
             call = self.input[paired_index]
         elif by_reference:
-            paired_index = self.pairing.referenced[call_id][0]
-            call = self.pairing.resolved[paired_index]
+            paired_index = pairing.referenced[call_id][0]
+            call = pairing.resolved[paired_index]
         else:
             paired_index, call = None, upstream[0]
-        if (
-            self.pairing.distinct(call_id, inline, by_reference, upstream) > 1
-            or len(self.pairing.outputs.get(call_id, ())) > 1
-        ):
+        # `distinct` never counts more calls than candidates: one candidate is one call.
+        twice = candidates > 1 and pairing.distinct(call_id, inline, by_reference, upstream) > 1
+        if twice or len(pairing.outputs.get(call_id, ())) > 1:
             duplicate = Failed(Reason.DUPLICATE_CALL_ID, item_type=said)
             return self.failed(index, call_id, duplicate, paired_index, call)
         failed = self.check_call(call, output, family, recorded=not inline)
