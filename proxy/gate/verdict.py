@@ -487,9 +487,11 @@ class _Inspection:
         if name is None:
             return None
         schemas = self.schemas_for(name)[1]
-        fields = tuple(call.items())
         vendor, cap = self.policy.vendor, self.bounds.max_violations
-        return (family.partner, vendor, self.limits, cap, schemas, fields)
+        # The fields as two flat tuples, names and values in one order: two tuples to hash and
+        # compare on every look-up, not one per field.
+        fields, values = tuple(call), tuple(call.values())
+        return (family.partner, vendor, self.limits, cap, schemas, fields, values)
 
     def judge_call(
         self, call: Item, output: Item, family: Kind, *, recorded: bool
