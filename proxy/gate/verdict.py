@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -195,7 +196,7 @@ class _Inspection:
         findings = list(self.iter_findings())
         bounds = self.bounds
         if not findings:
-            return Verdict(Outcome.FORWARD, bounds=bounds)
+            return clean(bounds)
         # Stripping an output whose call lives only upstream would leave a dangling call; an
         # output whose kind has no string `output` for the failure record cannot be rewritten.
         escalated = {f.index for f in findings if self.dangles(f) or self.unrewritable(f)}
@@ -643,6 +644,13 @@ class _Inspection:
                 elif f.reason not in ITEM_REASONS and f.call_id is not None:
                     latest[f.call_id] = max(latest.get(f.call_id, f.index), f.index)
         return self.pairing.without(removed, latest)
+
+
+@functools.lru_cache(maxsize=16)
+def clean(bounds: Bounds) -> Verdict:
+    """The verdict of a request without findings under `bounds`: one value shared by every such
+    request (a frozen one, built once: most requests are clean)."""
+    return Verdict(Outcome.FORWARD, bounds=bounds)
 
 
 def listed(findings: Sequence[Finding], limit: int) -> tuple[tuple[Finding, ...], int]:
