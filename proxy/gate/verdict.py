@@ -480,7 +480,8 @@ class _Inspection:
         """The key a passing inline call is remembered under, or None when it is not."""
         if self.policy.require_provenance or call.get("status") is None:
             return None
-        for value in call.values():
+        values = tuple(call.values())
+        for value in values:
             if value is not None and type(value) is not str:
                 return None
         # Every value is a string or null here: a call without a namespace is named by `name`.
@@ -491,8 +492,7 @@ class _Inspection:
         vendor, cap = self.policy.vendor, self.bounds.max_violations
         # The fields as two flat tuples, names and values in one order: two tuples to hash and
         # compare on every look-up, not one per field.
-        fields, values = tuple(call), tuple(call.values())
-        return (family.partner, vendor, self.limits, cap, schemas, fields, values)
+        return (family.partner, vendor, self.limits, cap, schemas, tuple(call), values)
 
     def judge_call(
         self, call: Item, output: Item, family: Kind, *, recorded: bool
