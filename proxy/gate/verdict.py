@@ -346,6 +346,15 @@ class _Inspection:
 
     def check_output(self, index: int, output: Item, family: Kind) -> Finding | None:
         """The finding of the output at `index`, of the kind `family`, or None when its call
+        may be replayed: `judge_output`, unless the output `passes_as_before`."""
+        field = family.pairs_by
+        found = output.get(field) if field is not None else None
+        if isinstance(found, str) and self.passes_as_before(index, output, found, family):
+            return None
+        return self.judge_output(index, output, family)
+
+    def judge_output(self, index: int, output: Item, family: Kind) -> Finding | None:
+        """The finding of the output at `index`, of the kind `family`, or None when its call
         may be replayed. A family other than function calls names its call's kind in the
         finding's `item_type`, for its sentences."""
         said = None if family.partner == items.FUNCTION_CALL else family.partner
@@ -384,6 +393,36 @@ class _Inspection:
         emitted = self.recorded.emitted_statuses(call) if reason == Reason.STATUS else ()
         detail = detail_of(reason, call, emitted)
         return self.failed(index, call_id, failed, paired_index, call, detail)
+
+    def passes_as_before(self, index: int, output: Item, call_id: str, family: Kind) -> bool:
+        """Whether the output at `index`, answering `call_id`, is the clean case of a history
+        re-sent: one inline call before it and no other candidate (no reference, compaction or
+        recorded call), no other output of `call_id`, the call remembered as passed, and the
+        output passed by the quick acceptor. True only where `judge_output` finds nothing, with
+        the same look-ups (`check_call`'s); False says nothing, and the output is judged.
+
+        Most outputs of a conversation are this case: it is decided without the counting and
+        the candidates' look-ups `judge_output` makes for every other."""
+        pairing = self.pairing
+        inline = pairing.candidates.get(call_id)
+        if (
+            inline is None
+            or inline[0] > index
+            or (len(inline) > 1 and inline[1] < index)
+            or call_id in pairing.referenced
+            or call_id in pairing.compacted
+            or len(pairing.outputs.get(call_id, ())) > 1
+            or self.recorded.calls(call_id)
+        ):
+            return False
+        key = self.passed_key(self.input[inline[0]], family)
+        if key is None or not self.caches.passed_calls.get(key):
+            return False
+        left = self.steps.left
+        if self.caches.item_schemas.quick_output_passes(output, self.steps):
+            return True
+        self.steps.left = left
+        return False
 
     def check_ran(self, index: int, call: Item, kind: Kind) -> Finding | None:
         """The finding of a call at `index` that carries its own result (an `mcp_call`): its
