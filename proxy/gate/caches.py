@@ -24,15 +24,16 @@ PASSED = CachedPass.PASSED
 VerdictKey = tuple[tuple[int, ...], int, str]
 # A call that passed every check of its own (`verdict.passed_key`): the partner kind its output
 # names, the target's vendor, the limits its API adds to the spec's (None: none), the
-# violations listed at most, its schemas' keys, and the call's fields and values, every value a
-# string or null.
+# violations listed at most, its schemas' keys, and the call's field names and their values in
+# the same order, every value a string or null.
 PassedKey = tuple[
     str | None,
     str | None,
     CallLimits | None,
     int,
     tuple[int, ...],
-    tuple[tuple[str, str | None], ...],
+    tuple[str, ...],
+    tuple[str | None, ...],
 ]
 CachedVerdict = Failed | Literal[CachedPass.PASSED]
 

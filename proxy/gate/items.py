@@ -56,9 +56,16 @@ def kind(item: Any) -> str | None:
         return None
     item_type = item.get("type")
     if not item_type:
+        # Most typeless items are plain messages: their one reading, without building them all.
+        if "role" in item and _OTHER_READINGS.isdisjoint(item):
+            return MESSAGE
         found = readings(item)
         return next(iter(found)) if len(found) == 1 else None
     return item_type if isinstance(item_type, str) else None
+
+
+# The members that make a typeless item readable as something else than a message.
+_OTHER_READINGS = frozenset({"id", "call_id", "summary", "encrypted_content"})
 
 
 def is_ambiguous(item: Any) -> bool:
@@ -103,13 +110,16 @@ def pairing_key(item: Any) -> str | None:
 
 def pairing_key_of(item: Item, item_kind: str | None) -> str | None:
     """`pairing_key` of an object whose `kind` is already known."""
-    if item_kind in (FUNCTION_CALL_OUTPUT, ITEM_REFERENCE):
+    if item_kind in _NO_PAIRING_KEY:
         return None
     if "call_id" in item or item_kind == FUNCTION_CALL:
         call_id = item.get("call_id")
         return call_id if isinstance(call_id, str) else None
     item_id = item.get("id")
     return item_id if isinstance(item_id, str) and item_kind != MESSAGE else None
+
+
+_NO_PAIRING_KEY = frozenset({FUNCTION_CALL_OUTPUT, ITEM_REFERENCE})
 
 
 def is_envelope(item: Any) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from proxy.gate import items
-from proxy.gate.items import Item
+from proxy.gate.items import FUNCTION_CALL, Item
 from proxy.gate.vocabulary import CORE, Vocabulary
 
 COMPACTION = "compaction"
@@ -98,17 +98,23 @@ class Pairing:
         # Items that are findings of their own: references to nothing recorded, ambiguous items.
         self.unknown: set[int] = set()
         self.ambiguous: set[int] = set()
-        self.kinds = [items.kind(item) for item in self.input]
-        outputs = vocabulary.outputs
-        for index, item in enumerate(self.input):
-            item_kind = self.kinds[index]
-            # A dict lookup, not a call: this runs once per item of every request.
+        self.kinds = kinds = [items.kind(item) for item in input_items]
+        # Looked up once: this loop runs for every item of every request.
+        outputs, answers, candidates = vocabulary.outputs, self.outputs, self.candidates
+        for index, item_kind in enumerate(kinds):
+            item = input_items[index]
+            if item_kind == FUNCTION_CALL:
+                # The commonest kind, first: its `pairing_key_of` is its `call_id`.
+                key = item.get("call_id")
+                if isinstance(key, str):
+                    candidates.setdefault(key, []).append(index)
+                continue
             family = outputs.get(item_kind) if item_kind is not None else None
             if family is not None:
                 field = family.pairs_by
                 call_id = item.get(field) if field is not None else None
                 if isinstance(call_id, str):
-                    self.outputs.setdefault(call_id, []).append(index)
+                    answers.setdefault(call_id, []).append(index)
             elif item_kind == items.ITEM_REFERENCE:
                 ref = items.reference_id(item)
                 resolved = self.recorded.item(ref) if ref is not None else None
@@ -130,7 +136,7 @@ class Pairing:
                         self.add_compacted(index, compacted)
                 key = items.pairing_key_of(item, item_kind)
                 if key is not None:
-                    self.candidates.setdefault(key, []).append(index)
+                    candidates.setdefault(key, []).append(index)
 
     def add_compacted(self, index: int, recorded: Item) -> None:
         """The calls a recorded compaction item stands for, found at `index` of input."""
@@ -147,10 +153,16 @@ class Pairing:
         Counted by bisection, never listed: with thousands of items that share a `call_id`,
         listing them for every output would be quadratic.
         """
-        inline = bisect_left(self.candidates.get(call_id, []), index)
-        by_reference = bisect_left(self.referenced.get(call_id, []), index)
-        compacted = [call for at, call in self.compacted.get(call_id, ()) if at < index]
+        candidates = self.candidates.get(call_id)
+        inline = bisect_left(candidates, index) if candidates else 0
+        referenced = self.referenced.get(call_id)
+        by_reference = bisect_left(referenced, index) if referenced else 0
         chain = self.recorded.calls(call_id)
+        # Most bodies compact nothing: no list is built for them.
+        found = self.compacted.get(call_id)
+        if not found:
+            return inline, by_reference, chain
+        compacted = [call for at, call in found if at < index]
         return inline, by_reference, [*compacted, *chain] if compacted else chain
 
     def distinct(

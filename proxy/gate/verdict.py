@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -195,7 +196,7 @@ class _Inspection:
         findings = list(self.iter_findings())
         bounds = self.bounds
         if not findings:
-            return Verdict(Outcome.FORWARD, bounds=bounds)
+            return clean(bounds)
         # Stripping an output whose call lives only upstream would leave a dangling call; an
         # output whose kind has no string `output` for the failure record cannot be rewritten.
         escalated = {f.index for f in findings if self.dangles(f) or self.unrewritable(f)}
@@ -225,16 +226,19 @@ class _Inspection:
             yield Finding(None, ENVELOPE, self.policy.action_for(ENVELOPE), param=MESSAGES)
         # Looked up once, not per item: most upstreams have no vendor (no item is foreign)
         # and a vocabulary with no kind that carries its own result.
-        kinds, outputs, ran = self.pairing.kinds, self.vocabulary.outputs, self.vocabulary.ran
+        pairing = self.pairing
+        kinds, ambiguous, unknown = pairing.kinds, pairing.ambiguous, pairing.unknown
+        outputs, ran = self.vocabulary.outputs, self.vocabulary.ran
         vendor = self.policy.vendor
+        is_envelope = items.is_envelope
         for index, item in enumerate(self.input):
-            if items.is_envelope(item):
+            if is_envelope(item):
                 yield self.finding(index, _string(item.get("tool_call_id")), ENVELOPE)
-            if index in self.pairing.ambiguous:
+            if index in ambiguous:
                 yield self.finding(index, _string(item.get("call_id")), AMBIGUOUS_ITEM)
-            elif index in self.pairing.unknown:
-                unknown = self.finding(index, None, UNKNOWN_REFERENCE)
-                yield replace(unknown, reference=items.reference_id(item))
+            elif index in unknown:
+                found = self.finding(index, None, UNKNOWN_REFERENCE)
+                yield replace(found, reference=items.reference_id(item))
             if vendor is not None:
                 foreign = self.foreign(index, item)
                 if foreign is not None:
@@ -342,6 +346,15 @@ class _Inspection:
 
     def check_output(self, index: int, output: Item, family: Kind) -> Finding | None:
         """The finding of the output at `index`, of the kind `family`, or None when its call
+        may be replayed: `judge_output`, unless the output `passes_as_before`."""
+        field = family.pairs_by
+        found = output.get(field) if field is not None else None
+        if isinstance(found, str) and self.passes_as_before(index, output, found, family):
+            return None
+        return self.judge_output(index, output, family)
+
+    def judge_output(self, index: int, output: Item, family: Kind) -> Finding | None:
+        """The finding of the output at `index`, of the kind `family`, or None when its call
         may be replayed. A family other than function calls names its call's kind in the
         finding's `item_type`, for its sentences."""
         said = None if family.partner == items.FUNCTION_CALL else family.partner
@@ -350,24 +363,25 @@ class _Inspection:
         call_id = found if isinstance(found, str) else None
         if call_id is None:
             return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
-        inline, by_reference, upstream = self.pairing.paired(index, call_id)
-        if not inline + by_reference + len(upstream):
+        pairing = self.pairing
+        inline, by_reference, upstream = pairing.paired(index, call_id)
+        candidates = inline + by_reference + len(upstream)
+        if not candidates:
             if self.recorded.trust_unpaired:
                 return None
             return replace(self.finding(index, call_id, Reason.ORPHAN), item_type=said)
         paired_index: int | None
         if inline:
-            paired_index = self.pairing.candidates[call_id][0]
+            paired_index = pairing.candidates[call_id][0]
             call = self.input[paired_index]
         elif by_reference:
-            paired_index = self.pairing.referenced[call_id][0]
-            call = self.pairing.resolved[paired_index]
+            paired_index = pairing.referenced[call_id][0]
+            call = pairing.resolved[paired_index]
         else:
             paired_index, call = None, upstream[0]
-        if (
-            self.pairing.distinct(call_id, inline, by_reference, upstream) > 1
-            or len(self.pairing.outputs.get(call_id, ())) > 1
-        ):
+        # `distinct` never counts more calls than candidates: one candidate is one call.
+        twice = candidates > 1 and pairing.distinct(call_id, inline, by_reference, upstream) > 1
+        if twice or len(pairing.outputs.get(call_id, ())) > 1:
             duplicate = Failed(Reason.DUPLICATE_CALL_ID, item_type=said)
             return self.failed(index, call_id, duplicate, paired_index, call)
         failed = self.check_call(call, output, family, recorded=not inline)
@@ -379,6 +393,36 @@ class _Inspection:
         emitted = self.recorded.emitted_statuses(call) if reason == Reason.STATUS else ()
         detail = detail_of(reason, call, emitted)
         return self.failed(index, call_id, failed, paired_index, call, detail)
+
+    def passes_as_before(self, index: int, output: Item, call_id: str, family: Kind) -> bool:
+        """Whether the output at `index`, answering `call_id`, is the clean case of a history
+        re-sent: one inline call before it and no other candidate (no reference, compaction or
+        recorded call), no other output of `call_id`, the call remembered as passed, and the
+        output passed by the quick acceptor. True only where `judge_output` finds nothing, with
+        the same look-ups (`check_call`'s); False says nothing, and the output is judged.
+
+        Most outputs of a conversation are this case: it is decided without the counting and
+        the candidates' look-ups `judge_output` makes for every other."""
+        pairing = self.pairing
+        inline = pairing.candidates.get(call_id)
+        if (
+            inline is None
+            or inline[0] > index
+            or (len(inline) > 1 and inline[1] < index)
+            or call_id in pairing.referenced
+            or call_id in pairing.compacted
+            or len(pairing.outputs.get(call_id, ())) > 1
+            or self.recorded.calls(call_id)
+        ):
+            return False
+        key = self.passed_key(self.input[inline[0]], family)
+        if key is None or not self.caches.passed_calls.get(key):
+            return False
+        left = self.steps.left
+        if self.caches.item_schemas.quick_output_passes(output, self.steps):
+            return True
+        self.steps.left = left
+        return False
 
     def check_ran(self, index: int, call: Item, kind: Kind) -> Finding | None:
         """The finding of a call at `index` that carries its own result (an `mcp_call`): its
@@ -475,7 +519,8 @@ class _Inspection:
         """The key a passing inline call is remembered under, or None when it is not."""
         if self.policy.require_provenance or call.get("status") is None:
             return None
-        for value in call.values():
+        values = tuple(call.values())
+        for value in values:
             if value is not None and type(value) is not str:
                 return None
         # Every value is a string or null here: a call without a namespace is named by `name`.
@@ -483,9 +528,10 @@ class _Inspection:
         if name is None:
             return None
         schemas = self.schemas_for(name)[1]
-        fields = tuple(call.items())
         vendor, cap = self.policy.vendor, self.bounds.max_violations
-        return (family.partner, vendor, self.limits, cap, schemas, fields)
+        # The fields as two flat tuples, names and values in one order: two tuples to hash and
+        # compare on every look-up, not one per field.
+        return (family.partner, vendor, self.limits, cap, schemas, tuple(call), values)
 
     def judge_call(
         self, call: Item, output: Item, family: Kind, *, recorded: bool
@@ -637,6 +683,13 @@ class _Inspection:
                 elif f.reason not in ITEM_REASONS and f.call_id is not None:
                     latest[f.call_id] = max(latest.get(f.call_id, f.index), f.index)
         return self.pairing.without(removed, latest)
+
+
+@functools.lru_cache(maxsize=16)
+def clean(bounds: Bounds) -> Verdict:
+    """The verdict of a request without findings under `bounds`: one value shared by every such
+    request (a frozen one, built once: most requests are clean)."""
+    return Verdict(Outcome.FORWARD, bounds=bounds)
 
 
 def listed(findings: Sequence[Finding], limit: int) -> tuple[tuple[Finding, ...], int]:

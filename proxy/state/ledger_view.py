@@ -28,34 +28,36 @@ class Wanted:
         """What `body` wants; None when it names no history."""
         previous = body.get("previous_response_id")
         input_items = body.get("input")
-        listed = input_items if isinstance(input_items, list) else []
         # The items looked up by id: those an item_reference names, and each compaction item
         # (it stands for the calls that went into it).
-        reference_ids = [
-            ref
-            for item in listed
-            if items.kind(item) in (items.ITEM_REFERENCE, COMPACTION)
-            if (ref := items.reference_id(item)) is not None
-        ]
+        reference_ids: list[str] = []
         # The calls whose emission the gate may ask about: every candidate under provenance,
         # else the function_calls replayed without a status (judged by the recorded one).
-        # Each once: a call_id given many times would fetch its recorded calls many times.
-        call_ids = list(
-            dict.fromkeys(
-                key
-                for item in listed
-                if provenance or (isinstance(item, dict) and _missing_status(item))
-                if (key := items.pairing_key(item)) is not None
-            )
-        )
+        # Each once, in order (a dict's keys): a call_id given many times would fetch its
+        # recorded calls many times.
+        call_ids: dict[str, None] = {}
+        # One pass, each item's kind read once: this runs for every request that has an input.
+        for item in input_items if isinstance(input_items, list) else ():
+            if not isinstance(item, dict):
+                continue
+            item_kind = items.kind(item)
+            if item_kind in _LOOKED_UP and (ref := items.reference_id(item)) is not None:
+                reference_ids.append(ref)
+            # A typeless call fails `namespaced` whatever its status: only typed ones are
+            # looked up by the status they were emitted with.
+            if provenance or (
+                item.get("status") is None and item.get("type") == items.FUNCTION_CALL
+            ):
+                key = items.pairing_key_of(item, item_kind)
+                if key is not None:
+                    call_ids[key] = None
         if not isinstance(previous, str) and not reference_ids and not call_ids:
             return None
-        return cls(previous if isinstance(previous, str) else None, reference_ids, call_ids)
+        return cls(previous if isinstance(previous, str) else None, reference_ids, list(call_ids))
 
 
-def _missing_status(item: Item) -> bool:
-    # A typeless call fails `namespaced` whatever its status: only typed ones are looked up.
-    return item.get("type") == items.FUNCTION_CALL and item.get("status") is None
+# The kinds of item whose recorded item is looked up by its `id`.
+_LOOKED_UP = frozenset({items.ITEM_REFERENCE, COMPACTION})
 
 
 @dataclass
