@@ -68,22 +68,20 @@ _BEGUN = web.RequestKey("answer_begun", web.StreamResponse)
 
 
 @web.middleware
-async def check_target(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A request target that is not valid origin-form or absolute-form is refused (400) here,
-    whatever the path and method, before any handler (an admin one too) runs."""
-    try:
-        request[TARGET] = targets.read_target(request.raw_path)
-    except targets.TargetError as exc:
-        # The metrics looked up only now: on every request it is two aiohttp properties more.
-        raise refused_target(exc, request.app[METRICS]) from None
-    return await handler(request)
-
-
-@web.middleware
 async def answer_failures(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The one place a failure becomes an answer: a ProxyError in the API's error shape, and
-    anything unexpected (a bug) a 500 naming the request id, its traceback in the log."""
+    anything unexpected (a bug) a 500 naming the request id, its traceback in the log.
+
+    First, before any handler (an admin one too) runs, a request target that is not valid
+    origin-form or absolute-form is refused (400), whatever the path and method. (Read here,
+    not in a middleware of its own: each one is a coroutine more for every request, and one
+    more frame every resumption of its task passes through.)"""
     try:
+        try:
+            request[TARGET] = targets.read_target(request.raw_path)
+        except targets.TargetError as exc:
+            # The metrics looked up only now: on every request it is two aiohttp properties more.
+            raise refused_target(exc, request.app[METRICS]) from None
         return await handler(request)
     except web.HTTPException:
         raise  # aiohttp's own answers (none of the proxy's routes raise one)
@@ -149,7 +147,7 @@ def make_app(
         # The id, access line and span first, so that every answer, a refused target's too,
         # carries the id; then the place failures become answers, around everything that
         # may fail.
-        middlewares=[observe, answer_failures, check_target, admin.guard],
+        middlewares=[observe, answer_failures],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
@@ -182,9 +180,10 @@ def make_app(
     app.cleanup_ctx.append(_services_ctx)
     app.cleanup_ctx.append(_watch_workers_ctx)
     app.cleanup_ctx.append(_tracing_ctx)
-    app.router.add_get("/-/healthy", healthy)
-    app.router.add_get("/-/ready", admin.ready)
-    app.router.add_get("/-/metrics", metrics)
+    # On the data listener an admin endpoint is guarded (see `admin.guarded`).
+    app.router.add_get("/-/healthy", admin.guarded(healthy))
+    app.router.add_get("/-/ready", admin.guarded(admin.ready))
+    app.router.add_get("/-/metrics", admin.guarded(metrics))
     app.router.add_route("*", "/{tail:.*}", proxy)
     return app
 
@@ -192,7 +191,7 @@ def make_app(
 def make_admin_app(main: web.Application) -> web.Application:
     """The admin endpoints alone, for their own listener (`admin.listen`): the state of the
     started `main` app, no key asked, and nothing else served (a 404 in the API's shape)."""
-    app = web.Application(middlewares=[observe, answer_failures, check_target])
+    app = web.Application(middlewares=[observe, answer_failures])
     app.on_response_prepare.append(_name_the_request)
     for key, value in main.items():
         app[key] = value
