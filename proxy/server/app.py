@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
+from aiohttp.web_urldispatcher import _default_expect_handler
 from multidict import CIMultiDict
 
 from proxy.admission import body, pipeline, targets
@@ -22,7 +23,7 @@ from proxy.admission.services import open_services
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server import admin
-from proxy.server.access import ACCESS, observe
+from proxy.server.access import ACCESS, BEGUN, observe
 from proxy.server.forward import forward
 from proxy.server.headers import body_headers_named, mcp_headers, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
@@ -63,8 +64,6 @@ _CLIENT_FAULTS = _ClientFaults()
 _GATE, _SOCKET = Head.GATE, Head.SOCKET
 # The request target as the proxy read it, for every handler.
 TARGET = web.RequestKey("target", targets.Target)
-# The answer a request has begun to send (it is being prepared, its head on its way).
-_BEGUN = web.RequestKey("answer_begun", web.StreamResponse)
 
 
 @web.middleware
@@ -95,7 +94,7 @@ async def answer_failures(request: web.Request, handler: Handler) -> web.StreamR
             log.exception("%s unexpected error: %s %s", request_id, request.method, path)
             failure = internal_error(request_id)
         request[ACCESS].failed(failure.code)
-        begun: web.StreamResponse | None = request.get(_BEGUN)
+        begun: web.StreamResponse | None = request.get(BEGUN)
         if begun is not None:
             # No answer can follow one that has begun: the connection is cut, so that the
             # client cannot take what it got for the whole answer.
@@ -120,17 +119,14 @@ def answer(decided: pipeline.Answer) -> web.Response:
     )
 
 
-async def _name_the_request(request: web.Request, response: web.StreamResponse) -> None:
-    """Every answer, relayed or the proxy's own, carries the proxy's request id as
-    `x-request-id`; an upstream's own id moves to `x-upstream-request-id` (the proxy's
-    answers never set `x-request-id` themselves, so one present here is the upstream's)."""
-    headers = response.headers
-    theirs = headers.popall("x-request-id", ())
-    headers.extend(request_ids(request.get(REQUEST_ID) or new_request_id(), theirs))
-    request[_BEGUN] = response
-    access = request.get(ACCESS)
-    if access is not None:  # the status sent, even if the handler is cut short after
-        access.status = response.status
+async def _expect(request: web.Request) -> None:
+    """aiohttp's answer to an `Expect` header: 100 Continue, or 417 for any other value. That
+    one is raised before any middleware runs: it is named here, like every answer."""
+    try:
+        await _default_expect_handler(request)
+    except web.HTTPException as exc:
+        exc.headers.extend(request_ids(new_request_id(), ()))
+        raise
 
 
 def make_app(
@@ -154,7 +150,6 @@ def make_app(
             "keepalive_timeout": config.listen.header_timeout_s,
         },
     )
-    app.on_response_prepare.append(_name_the_request)
     books = app[METRICS] = Metrics(
         body_timeout_s=config.limits.body_timeout_s,
         upstream_timeout_s=config.upstream.connect_timeout_s + config.upstream.read_timeout_s,
@@ -181,10 +176,10 @@ def make_app(
     app.cleanup_ctx.append(_watch_workers_ctx)
     app.cleanup_ctx.append(_tracing_ctx)
     # On the data listener an admin endpoint is guarded (see `admin.guarded`).
-    app.router.add_get("/-/healthy", admin.guarded(healthy))
-    app.router.add_get("/-/ready", admin.guarded(admin.ready))
-    app.router.add_get("/-/metrics", admin.guarded(metrics))
-    app.router.add_route("*", "/{tail:.*}", proxy)
+    app.router.add_get("/-/healthy", admin.guarded(healthy), expect_handler=_expect)
+    app.router.add_get("/-/ready", admin.guarded(admin.ready), expect_handler=_expect)
+    app.router.add_get("/-/metrics", admin.guarded(metrics), expect_handler=_expect)
+    app.router.add_route("*", "/{tail:.*}", proxy, expect_handler=_expect)
     return app
 
 
@@ -192,13 +187,12 @@ def make_admin_app(main: web.Application) -> web.Application:
     """The admin endpoints alone, for their own listener (`admin.listen`): the state of the
     started `main` app, no key asked, and nothing else served (a 404 in the API's shape)."""
     app = web.Application(middlewares=[observe, answer_failures])
-    app.on_response_prepare.append(_name_the_request)
     for key, value in main.items():
         app[key] = value
-    app.router.add_get("/-/healthy", healthy)
-    app.router.add_get("/-/ready", admin.ready)
-    app.router.add_get("/-/metrics", metrics)
-    app.router.add_route("*", "/{tail:.*}", admin.not_admin)
+    app.router.add_get("/-/healthy", healthy, expect_handler=_expect)
+    app.router.add_get("/-/ready", admin.ready, expect_handler=_expect)
+    app.router.add_get("/-/metrics", metrics, expect_handler=_expect)
+    app.router.add_route("*", "/{tail:.*}", admin.not_admin, expect_handler=_expect)
     return app
 
 

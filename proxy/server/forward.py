@@ -14,6 +14,7 @@ from multidict import CIMultiDict
 from proxy.admission.access import Access
 from proxy.admission.exchange import Exchange
 from proxy.gate.reasons import Outcome
+from proxy.server.access import name_answer
 from proxy.server.headers import relayed_headers
 from proxy.server.tracing import Tracing
 from proxy.server.upstream import (
@@ -117,6 +118,7 @@ async def _stream(
         protocol = answer.connection.protocol
     try:
         await exchange.begin()
+        name_answer(request, response, access)
         await response.prepare(request)
         feed = exchange.feeder()
         async for chunk in content.iter_any():

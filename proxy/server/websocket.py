@@ -21,7 +21,7 @@ from proxy.admission.ids import new_request_id
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.gate.reasons import Outcome
-from proxy.server.access import ACCESS
+from proxy.server.access import ACCESS, name_answer
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
 from proxy.server.keys import IN_FORCE, METRICS, REQUEST_ID
@@ -176,7 +176,10 @@ async def _relay(
     pair = _Pair(client, upstream)
     streams.inc()
     try:
+        access = request[ACCESS]
+        name_answer(request, client, access)
         await client.prepare(request)
+        access.status = client.status  # 101, set as the upgrade is answered
         await pair.relay(*sides(pair), request[REQUEST_ID])
     finally:
         streams.dec()
