@@ -94,14 +94,15 @@ async def _stream(
 ) -> web.StreamResponse:
     """Relay an upstream answer whose head has arrived, chunk by chunk, to the client."""
     request_id = exchange.request_id
-    response = web.StreamResponse(status=answer.status, reason=answer.reason)
+    headers = answer.headers
+    response = web.StreamResponse(
+        status=answer.status, reason=answer.reason, headers=relayed_headers(headers)
+    )
     content = answer.content
     if content.total_bytes or content.is_eof():
         # The head goes out with the first chunk, in one write; aiohttp's own Response does
         # this, StreamResponse sends the head on its own unless told not to.
         response._send_headers_immediately = False
-    response.headers.update(relayed_headers(answer.headers))
-    headers = answer.headers
     added = exchange.answer_head(
         answer.status,
         headers.get("Content-Type", ""),
