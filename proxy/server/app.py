@@ -27,7 +27,15 @@ from proxy.server.access import ACCESS, BEGUN, observe
 from proxy.server.forward import forward
 from proxy.server.headers import body_headers_named, mcp_headers, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
-from proxy.server.keys import IN_FORCE, METRICS, READINESS, REQUEST_ID, SERVICES, WORKER
+from proxy.server.keys import (
+    IN_FLIGHT,
+    IN_FORCE,
+    METRICS,
+    READINESS,
+    REQUEST_ID,
+    SERVICES,
+    WORKER,
+)
 from proxy.server.readiness import Readiness
 from proxy.server.tracing import TRACING, Tracing
 from proxy.server.upstream import not_utf8
@@ -160,6 +168,7 @@ def make_app(
         on_reload=lambda applied: books.reloads.labels("applied" if applied else "rejected").inc()
     )
     app[READINESS] = Readiness(config.ledger, books, worker)
+    app[IN_FLIGHT] = set()
     if worker is not None:
         app[WORKER] = worker
     logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
@@ -189,6 +198,7 @@ def make_admin_app(main: web.Application) -> web.Application:
     app = web.Application(middlewares=[observe, answer_failures])
     for key, value in main.items():
         app[key] = value
+    app[IN_FLIGHT] = set()  # a stop waits for the data listener's requests, not these
     app.router.add_get("/-/healthy", healthy, expect_handler=_expect)
     app.router.add_get("/-/ready", admin.ready, expect_handler=_expect)
     app.router.add_get("/-/metrics", metrics, expect_handler=_expect)
@@ -290,7 +300,9 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     try:
         return await _proxy(request, current, exchange, app.get(TRACING))
     finally:
-        await current.release()
+        closing = current.release()
+        if closing is not None:
+            await closing
 
 
 async def _proxy(
@@ -377,7 +389,7 @@ async def gate(
     decided = await exchange.body(raw, content_encoding=coding, started=arrived)
     access.gate_s = time.perf_counter() - arrived
     if decided.findings:
-        access.findings.update(finding.action for finding in decided.findings)
+        access.found(finding.action for finding in decided.findings)
     if isinstance(decided, pipeline.Answer):
         error = decided.body.get("error")
         if decided.status >= 400 and isinstance(error, dict):

@@ -342,7 +342,7 @@ class _ClientFrames:
             self.continuations.failed(raw)
             return _error_event(pipeline.answer_to(internal_error(request_id))), None
         if self.access is not None:
-            self.access.findings.update(finding.action for finding in decided.findings)
+            self.access.found(finding.action for finding in decided.findings)
         if isinstance(decided, pipeline.Answer):
             code = decided.body["error"]["code"]
             log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)
