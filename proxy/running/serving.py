@@ -15,12 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from proxy.config import Config
 from proxy.running.config_review import describe
 from proxy.server.app import make_admin_app, make_app
-from proxy.server.keys import IN_FORCE, READINESS
+from proxy.server.keys import IN_FLIGHT, IN_FORCE, READINESS
 from proxy.settings import AdminListen, ConfigError
 from proxy.state.workers import WorkerSlot
 
@@ -47,8 +46,7 @@ async def serve(
     on_glibc = return_large_buffers()
     trimming: asyncio.Task[None] | None = None
     app = make_app(config, worker, metrics_dir=metrics_dir)
-    in_flight = InFlight()
-    app.middlewares.append(in_flight.middleware)
+    in_flight = InFlight(app[IN_FLIGHT])
     # The grace is kept by `InFlight.drain`; by the time the runner closes the connections no
     # handler is left, so its own wait (once for handlers, once more after cancelling) is short.
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=_CLOSE_S)
@@ -155,18 +153,8 @@ class InFlight:
     them (aiohttp's own shutdown waits its timeout twice and leaves a handler that waits on
     the upstream running through both)."""
 
-    def __init__(self) -> None:
-        self.tasks: set[asyncio.Task[Any]] = set()
-
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        try:
-            return await handler(request)
-        finally:
-            self.tasks.discard(task)
+    def __init__(self, tasks: set[asyncio.Task[Any]]) -> None:
+        self.tasks = tasks  # the app's, kept by its `observe`
 
     async def drain(self, grace_s: float) -> int:
         """Wait up to `grace_s` for the handlers in flight; cancel those left. How many were."""

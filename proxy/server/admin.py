@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -11,17 +13,14 @@ from proxy.server.keys import IN_FORCE, READINESS, SERVICES
 from proxy.server.readiness import Check, is_ready
 
 
-def is_admin(request: web.Request) -> bool:
-    """Whether the router took the request for an admin endpoint."""
-    resource = request.match_info.route.resource
-    return resource is not None and resource.canonical.startswith("/-/")
+def guarded(handler: Handler) -> Handler:
+    """`handler` of an admin endpoint as the data listener serves it: with `admin.listen` set,
+    no admin endpoint is served there (404); with `clients:` set, an admin endpoint wants a
+    client's key like any other path (401). Around the admin handlers only, not a middleware:
+    a request to any other path pays nothing for it."""
 
-
-@web.middleware
-async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """On the data listener: with `admin.listen` set, no admin endpoint is served there; with
-    `clients:` set, an admin endpoint wants a client's key like any other path."""
-    if is_admin(request):
+    @functools.wraps(handler)
+    async def guarded_handler(request: web.Request) -> web.StreamResponse:
         config = request.app[IN_FORCE].current.config
         if config.admin.listen is not None:
             raise ProxyError(
@@ -32,7 +31,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             )
         if config.clients:
             tenant_of(request.headers, config)  # a 401 without a listed key
-    return await handler(request)
+        return await handler(request)
+
+    return guarded_handler
 
 
 async def check_readiness(app: web.Application) -> list[Check]:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
+from aiohttp.web_urldispatcher import _default_expect_handler
 from multidict import CIMultiDict
 
 from proxy.admission import body, pipeline, targets
@@ -22,11 +23,19 @@ from proxy.admission.services import open_services
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server import admin
-from proxy.server.access import ACCESS, observe
+from proxy.server.access import ACCESS, BEGUN, observe
 from proxy.server.forward import forward
 from proxy.server.headers import body_headers_named, mcp_headers, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
-from proxy.server.keys import IN_FORCE, METRICS, READINESS, REQUEST_ID, SERVICES, WORKER
+from proxy.server.keys import (
+    IN_FLIGHT,
+    IN_FORCE,
+    METRICS,
+    READINESS,
+    REQUEST_ID,
+    SERVICES,
+    WORKER,
+)
 from proxy.server.readiness import Readiness
 from proxy.server.tracing import TRACING, Tracing
 from proxy.server.upstream import not_utf8
@@ -63,27 +72,23 @@ _CLIENT_FAULTS = _ClientFaults()
 _GATE, _SOCKET = Head.GATE, Head.SOCKET
 # The request target as the proxy read it, for every handler.
 TARGET = web.RequestKey("target", targets.Target)
-# The answer a request has begun to send (it is being prepared, its head on its way).
-_BEGUN = web.RequestKey("answer_begun", web.StreamResponse)
-
-
-@web.middleware
-async def check_target(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A request target that is not valid origin-form or absolute-form is refused (400) here,
-    whatever the path and method, before any handler (an admin one too) runs."""
-    try:
-        request[TARGET] = targets.read_target(request.raw_path)
-    except targets.TargetError as exc:
-        # The metrics looked up only now: on every request it is two aiohttp properties more.
-        raise refused_target(exc, request.app[METRICS]) from None
-    return await handler(request)
 
 
 @web.middleware
 async def answer_failures(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The one place a failure becomes an answer: a ProxyError in the API's error shape, and
-    anything unexpected (a bug) a 500 naming the request id, its traceback in the log."""
+    anything unexpected (a bug) a 500 naming the request id, its traceback in the log.
+
+    First, before any handler (an admin one too) runs, a request target that is not valid
+    origin-form or absolute-form is refused (400), whatever the path and method. (Read here,
+    not in a middleware of its own: each one is a coroutine more for every request, and one
+    more frame every resumption of its task passes through.)"""
     try:
+        try:
+            request[TARGET] = targets.read_target(request.raw_path)
+        except targets.TargetError as exc:
+            # The metrics looked up only now: on every request it is two aiohttp properties more.
+            raise refused_target(exc, request.app[METRICS]) from None
         return await handler(request)
     except web.HTTPException:
         raise  # aiohttp's own answers (none of the proxy's routes raise one)
@@ -97,7 +102,7 @@ async def answer_failures(request: web.Request, handler: Handler) -> web.StreamR
             log.exception("%s unexpected error: %s %s", request_id, request.method, path)
             failure = internal_error(request_id)
         request[ACCESS].failed(failure.code)
-        begun: web.StreamResponse | None = request.get(_BEGUN)
+        begun: web.StreamResponse | None = request.get(BEGUN)
         if begun is not None:
             # No answer can follow one that has begun: the connection is cut, so that the
             # client cannot take what it got for the whole answer.
@@ -122,17 +127,14 @@ def answer(decided: pipeline.Answer) -> web.Response:
     )
 
 
-async def _name_the_request(request: web.Request, response: web.StreamResponse) -> None:
-    """Every answer, relayed or the proxy's own, carries the proxy's request id as
-    `x-request-id`; an upstream's own id moves to `x-upstream-request-id` (the proxy's
-    answers never set `x-request-id` themselves, so one present here is the upstream's)."""
-    headers = response.headers
-    theirs = headers.popall("x-request-id", ())
-    headers.extend(request_ids(request.get(REQUEST_ID) or new_request_id(), theirs))
-    request[_BEGUN] = response
-    access = request.get(ACCESS)
-    if access is not None:  # the status sent, even if the handler is cut short after
-        access.status = response.status
+async def _expect(request: web.Request) -> None:
+    """aiohttp's answer to an `Expect` header: 100 Continue, or 417 for any other value. That
+    one is raised before any middleware runs: it is named here, like every answer."""
+    try:
+        await _default_expect_handler(request)
+    except web.HTTPException as exc:
+        exc.headers.extend(request_ids(new_request_id(), ()))
+        raise
 
 
 def make_app(
@@ -149,14 +151,13 @@ def make_app(
         # The id, access line and span first, so that every answer, a refused target's too,
         # carries the id; then the place failures become answers, around everything that
         # may fail.
-        middlewares=[observe, answer_failures, check_target, admin.guard],
+        middlewares=[observe, answer_failures],
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
             "keepalive_timeout": config.listen.header_timeout_s,
         },
     )
-    app.on_response_prepare.append(_name_the_request)
     books = app[METRICS] = Metrics(
         body_timeout_s=config.limits.body_timeout_s,
         upstream_timeout_s=config.upstream.connect_timeout_s + config.upstream.read_timeout_s,
@@ -167,6 +168,7 @@ def make_app(
         on_reload=lambda applied: books.reloads.labels("applied" if applied else "rejected").inc()
     )
     app[READINESS] = Readiness(config.ledger, books, worker)
+    app[IN_FLIGHT] = set()
     if worker is not None:
         app[WORKER] = worker
     logging.getLogger("aiohttp.server").addFilter(_CLIENT_FAULTS)  # added once, however many apps
@@ -182,24 +184,25 @@ def make_app(
     app.cleanup_ctx.append(_services_ctx)
     app.cleanup_ctx.append(_watch_workers_ctx)
     app.cleanup_ctx.append(_tracing_ctx)
-    app.router.add_get("/-/healthy", healthy)
-    app.router.add_get("/-/ready", admin.ready)
-    app.router.add_get("/-/metrics", metrics)
-    app.router.add_route("*", "/{tail:.*}", proxy)
+    # On the data listener an admin endpoint is guarded (see `admin.guarded`).
+    app.router.add_get("/-/healthy", admin.guarded(healthy), expect_handler=_expect)
+    app.router.add_get("/-/ready", admin.guarded(admin.ready), expect_handler=_expect)
+    app.router.add_get("/-/metrics", admin.guarded(metrics), expect_handler=_expect)
+    app.router.add_route("*", "/{tail:.*}", proxy, expect_handler=_expect)
     return app
 
 
 def make_admin_app(main: web.Application) -> web.Application:
     """The admin endpoints alone, for their own listener (`admin.listen`): the state of the
     started `main` app, no key asked, and nothing else served (a 404 in the API's shape)."""
-    app = web.Application(middlewares=[observe, answer_failures, check_target])
-    app.on_response_prepare.append(_name_the_request)
+    app = web.Application(middlewares=[observe, answer_failures])
     for key, value in main.items():
         app[key] = value
-    app.router.add_get("/-/healthy", healthy)
-    app.router.add_get("/-/ready", admin.ready)
-    app.router.add_get("/-/metrics", metrics)
-    app.router.add_route("*", "/{tail:.*}", admin.not_admin)
+    app[IN_FLIGHT] = set()  # a stop waits for the data listener's requests, not these
+    app.router.add_get("/-/healthy", healthy, expect_handler=_expect)
+    app.router.add_get("/-/ready", admin.ready, expect_handler=_expect)
+    app.router.add_get("/-/metrics", metrics, expect_handler=_expect)
+    app.router.add_route("*", "/{tail:.*}", admin.not_admin, expect_handler=_expect)
     return app
 
 
@@ -297,7 +300,9 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     try:
         return await _proxy(request, current, exchange, app.get(TRACING))
     finally:
-        await current.release()
+        closing = current.release()
+        if closing is not None:
+            await closing
 
 
 async def _proxy(
@@ -384,7 +389,7 @@ async def gate(
     decided = await exchange.body(raw, content_encoding=coding, started=arrived)
     access.gate_s = time.perf_counter() - arrived
     if decided.findings:
-        access.findings.update(finding.action for finding in decided.findings)
+        access.found(finding.action for finding in decided.findings)
     if isinstance(decided, pipeline.Answer):
         error = decided.body.get("error")
         if decided.status >= 400 and isinstance(error, dict):

@@ -14,6 +14,7 @@ from multidict import CIMultiDict
 from proxy.admission.access import Access
 from proxy.admission.exchange import Exchange
 from proxy.gate.reasons import Outcome
+from proxy.server.access import name_answer
 from proxy.server.headers import relayed_headers
 from proxy.server.tracing import Tracing
 from proxy.server.upstream import (
@@ -41,12 +42,11 @@ async def forward(
     has started, an upstream failure cuts the client's connection so that it cannot mistake a
     partial answer for a whole one. A ProxyError (502, 504) when no answer could be had."""
     metrics = exchange.services.metrics
-    streams = metrics.open_streams
     access.outcome = exchange.outcome
     access.upstream = upstream.name
     if tracing is not None:
         tracing.inject(headers)
-    streams.inc()
+    metrics.stream_opened()
     sent = time.perf_counter()
     try:
         try:
@@ -73,7 +73,7 @@ async def forward(
             answer.release()
             exchange.close()
     finally:
-        streams.dec()
+        metrics.stream_closed()
     exchange.counted()
     return response
 
@@ -93,14 +93,15 @@ async def _stream(
 ) -> web.StreamResponse:
     """Relay an upstream answer whose head has arrived, chunk by chunk, to the client."""
     request_id = exchange.request_id
-    response = web.StreamResponse(status=answer.status, reason=answer.reason)
+    headers = answer.headers
+    response = web.StreamResponse(
+        status=answer.status, reason=answer.reason, headers=relayed_headers(headers)
+    )
     content = answer.content
     if content.total_bytes or content.is_eof():
         # The head goes out with the first chunk, in one write; aiohttp's own Response does
         # this, StreamResponse sends the head on its own unless told not to.
         response._send_headers_immediately = False
-    response.headers.update(relayed_headers(answer.headers))
-    headers = answer.headers
     added = exchange.answer_head(
         answer.status,
         headers.get("Content-Type", ""),
@@ -117,6 +118,7 @@ async def _stream(
         protocol = answer.connection.protocol
     try:
         await exchange.begin()
+        name_answer(request, response, access)
         await response.prepare(request)
         feed = exchange.feeder()
         async for chunk in content.iter_any():

@@ -45,12 +45,10 @@ BODY_HEADERS = frozenset(
 
 def connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
     """The header names a `Connection` header lists, lower-cased, in order."""
-    return [
-        token.strip().lower()
-        for value in headers.getall("Connection", ())
-        for token in value.split(",")
-        if token.strip()
-    ]
+    given = headers.getall("Connection", ())
+    if not given:  # the usual answer has none
+        return []
+    return [token.strip().lower() for value in given for token in value.split(",") if token.strip()]
 
 
 def body_headers_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> list[str]:
@@ -63,14 +61,14 @@ def relayed_headers(
 ) -> CIMultiDict[str]:
     """The headers minus hop-by-hop ones, those the `Connection` header names (never one of
     BODY_HEADERS), and `drop`."""
-    named = set(connection_tokens(headers)) - BODY_HEADERS
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        lower = name.lower()
-        if lower in HOP_BY_HOP or lower in named or lower in drop:
-            continue
-        out.add(name, value)
-    return out
+    left_out = HOP_BY_HOP | drop if drop else HOP_BY_HOP
+    named = connection_tokens(headers)
+    if named:
+        left_out = left_out.union(name for name in named if name not in BODY_HEADERS)
+    # Made from one list: a multidict's `add` per header is a method call each.
+    return CIMultiDict(
+        [(name, value) for name, value in headers.items() if name.lower() not in left_out]
+    )
 
 
 # Credentials a client presents; when the proxy authenticates clients or holds the upstream

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -40,9 +40,11 @@ class InForce:
         for upstream in self.upstreams.values():
             upstream.acquire()
 
-    async def release(self) -> None:
-        for upstream in self.upstreams.values():
-            await upstream.release()
+    def release(self) -> Awaitable[None] | None:
+        """That request is done: what to await when it was the last one of an upstream a reload
+        retired (whose pool closes then), else None (no coroutine on every request)."""
+        idle = [upstream for upstream in self.upstreams.values() if upstream.leave()]
+        return _closed(idle) if idle else None
 
 
 class InForceHolder:
@@ -95,6 +97,11 @@ class InForceHolder:
     async def close(self) -> None:
         for upstream in self.current.upstreams.values():
             await upstream.close()
+
+
+async def _closed(upstreams: list[Upstream]) -> None:
+    for upstream in upstreams:
+        await upstream.close()
 
 
 async def _started(config: Config, running: Mapping[str, Upstream]) -> dict[str, Upstream]:

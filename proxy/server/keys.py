@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from aiohttp import web
 
 from proxy.admission.exchange import Exchange
@@ -26,6 +29,9 @@ REQUEST_ID = web.RequestKey("request_id", str)
 
 
 READINESS = web.AppKey("readiness", Readiness)
+
+# The tasks of the requests being handled now, which a stop waits for (`serving.InFlight`).
+IN_FLIGHT: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("in_flight")
 
 # The supervisor's slot this process fills, under `serve --workers N` only.
 WORKER = web.AppKey("worker", WorkerSlot)

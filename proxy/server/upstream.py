@@ -88,10 +88,15 @@ class Upstream:
         """A request starts using this upstream (it read it from the config in force)."""
         self._users += 1
 
+    def leave(self) -> bool:
+        """That request is done: whether it was the last one of a retired upstream, which is
+        to be closed now."""
+        self._users -= 1
+        return self._retired and not self._users
+
     async def release(self) -> None:
         """That request is done; a retired upstream closes with its last one."""
-        self._users -= 1
-        if self._retired and not self._users:
+        if self.leave():
             await self.close()
 
     async def retire(self) -> None:

@@ -21,7 +21,7 @@ from proxy.admission.ids import new_request_id
 from proxy.admission.tap import ResponseTap
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.gate.reasons import Outcome
-from proxy.server.access import ACCESS
+from proxy.server.access import ACCESS, name_answer
 from proxy.server.headers import WEBSOCKET_OWN, upstream_headers
 from proxy.server.in_force import InForce
 from proxy.server.keys import IN_FORCE, METRICS, REQUEST_ID
@@ -172,14 +172,17 @@ async def _relay(
 ) -> web.StreamResponse:
     """Answer the upgrade, relay both directions (`sides` makes them, once the upgrade is
     answered) until one ends, then close each side the way the other ended."""
-    streams = request.app[METRICS].open_streams
+    books = request.app[METRICS]
     pair = _Pair(client, upstream)
-    streams.inc()
+    books.stream_opened()
     try:
+        access = request[ACCESS]
+        name_answer(request, client, access)
         await client.prepare(request)
+        access.status = client.status  # 101, set as the upgrade is answered
         await pair.relay(*sides(pair), request[REQUEST_ID])
     finally:
-        streams.dec()
+        books.stream_closed()
         await pair.close()
     return client
 
@@ -339,7 +342,7 @@ class _ClientFrames:
             self.continuations.failed(raw)
             return _error_event(pipeline.answer_to(internal_error(request_id))), None
         if self.access is not None:
-            self.access.findings.update(finding.action for finding in decided.findings)
+            self.access.found(finding.action for finding in decided.findings)
         if isinstance(decided, pipeline.Answer):
             code = decided.body["error"]["code"]
             log.info("%s answered a frame of WebSocket %s: %s", request_id, connection_id, code)

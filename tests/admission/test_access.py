@@ -82,3 +82,16 @@ def test_metrics_label_each_counted_outcome_by_its_string() -> None:
     assert labels == {o.value for o in counted}
     # The metric's own help names every outcome it counts.
     assert all(f"`{o.value}`" in metrics.requests._documentation for o in counted)
+
+
+def test_findings_are_counted_by_action_on_the_access_line() -> None:
+    access = Access("req_1", "POST", "/v1/responses")
+    access.found(["strip", "log", "strip"])
+    access.found([])
+    access.found(["block"])
+    fields = access.fields()
+    assert (fields["findings"], fields["findings_block"]) == (4, 1)
+    assert (fields["findings_log"], fields["findings_strip"]) == (1, 2)
+    # In the order of their actions' names, after the total.
+    named = [name for name in fields if name.startswith("findings")]
+    assert named == ["findings", "findings_block", "findings_log", "findings_strip"]

@@ -375,6 +375,25 @@ async def test_a_replaced_upstream_closes_after_its_last_request() -> None:
     assert live.current.upstream.closed
 
 
+async def test_a_request_done_on_the_config_in_force_has_nothing_to_close() -> None:
+    """A request's end awaits nothing unless it was the last one on a retired upstream."""
+    live = InForceHolder()
+    await live.start(parse_config({"upstream": {"url": "http://127.0.0.1:9"}}))
+    old = live.current
+    old.acquire()
+    old.acquire()
+    assert old.release() is None
+    await live.swap(parse_config({"upstream": {"url": "http://127.0.0.1:10"}}))
+    assert not old.upstream.closed
+    closing = old.release()
+    assert closing is not None
+    await closing
+    assert old.upstream.closed
+    live.current.acquire()
+    assert live.current.release() is None
+    await live.close()
+
+
 async def test_the_start_warns_then_says_what_is_in_force(
     recording_upstream: RecordingUpstream, tmp_path: Path
 ) -> None:

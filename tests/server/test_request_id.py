@@ -119,6 +119,10 @@ CASES = [
     pytest.param(Case("GET", "/-/ready-or-not", 404), id="own-namespace"),
     pytest.param(Case("GET", "/-/healthy", 200), id="healthy"),
     pytest.param(Case("GET", "/-/metrics", 200), id="metrics"),
+    # aiohttp answers an expectation it does not know before any handler runs.
+    pytest.param(
+        Case("POST", "/v1/other", 417, b"x", {"Expect": "the-unexpected"}), id="expectation-failed"
+    ),
 ]
 
 
