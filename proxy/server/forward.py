@@ -42,11 +42,12 @@ async def forward(
     has started, an upstream failure cuts the client's connection so that it cannot mistake a
     partial answer for a whole one. A ProxyError (502, 504) when no answer could be had."""
     metrics = exchange.services.metrics
+    streams = metrics.open_streams
     access.outcome = exchange.outcome
     access.upstream = upstream.name
     if tracing is not None:
         tracing.inject(headers)
-    metrics.stream_opened()
+    streams.inc()
     sent = time.perf_counter()
     try:
         try:
@@ -73,7 +74,7 @@ async def forward(
             answer.release()
             exchange.close()
     finally:
-        metrics.stream_closed()
+        streams.dec()
     exchange.counted()
     return response
 

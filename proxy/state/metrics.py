@@ -3,7 +3,6 @@ multiprocess directory, the whole service as every worker's files describe it.""
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
 import platform
@@ -11,7 +10,7 @@ import re
 from collections.abc import Container, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -44,37 +43,6 @@ UNPINNED_TOOL = "(unpinned)"
 NO_TOOL = "-"
 # A worker's gauge file, `gauge_<mode>_<pid>.db`, in the multiprocess directory.
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
-
-
-class _Value(Protocol):
-    """The value under a metric's child (prometheus-client's, in memory or in a worker's file)."""
-
-    def inc(self, amount: float) -> None: ...
-
-
-def _value_of(child: Counter | Gauge) -> _Value:
-    """The value under a labelled child of a counter or gauge, to increment directly (by a
-    negative amount for a gauge going down): its own `inc` checks, in three calls of Python on
-    every request, what holds here by construction (its labels are given, a counter's amount is
-    not negative, the gauge's mode allows it). A test holds the two to the same samples."""
-    value: _Value = child._value
-    return value
-
-
-class _Observed:
-    """A histogram's child, observed directly (see `_value_of`): its sum and the first bucket
-    whose bound is not below the amount, found by bisection, as `Histogram.observe` does."""
-
-    __slots__ = ("bounds", "buckets", "sum")
-
-    def __init__(self, child: Histogram) -> None:
-        self.bounds: list[float] = child._upper_bounds
-        self.buckets: list[_Value] = child._buckets
-        self.sum: _Value = child._sum
-
-    def observe(self, amount: float) -> None:
-        self.sum.inc(amount)
-        self.buckets[bisect.bisect_left(self.bounds, amount)].inc(1)
 
 
 class Family(NamedTuple):
@@ -206,17 +174,16 @@ class Metrics:
             ["upstream", "route", "status"],
             registry=self.registry,
         )
-        self._answered: dict[tuple[str, str, str], tuple[_Value, _Observed]] = {}
+        self._answered: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         # The children of `requests` by their labels, a few dozen at most: labels() validates
         # and locks on every call.
-        self._counted: dict[tuple[str, str, str, str], _Value] = {}
+        self._counted: dict[tuple[str, str, str, str], Counter] = {}
         self.open_streams = Gauge(
             "replay_proxy_open_streams",
             "Answers (and WebSockets) being relayed from the upstream now.",
             multiprocess_mode="livesum",
             registry=self.registry,
         )
-        self._streams = _value_of(self.open_streams)
 
         self.ledger_faults = Counter(
             "replay_proxy_ledger_faults",
@@ -326,11 +293,10 @@ class Metrics:
         """One request handled (`replay_proxy_requests_total`); `upstream` is `-` when none
         was chosen, `dialect` when no dialect read it."""
         key = (route, outcome, upstream, dialect)
-        counted = self._counted.get(key)
-        if counted is None:
-            child = self.requests.labels(route, outcome, upstream, dialect)
-            counted = self._counted[key] = _value_of(child)
-        counted.inc(1)
+        child = self._counted.get(key)
+        if child is None:
+            child = self._counted[key] = self.requests.labels(route, outcome, upstream, dialect)
+        child.inc()
 
     def found(
         self, reason: str, action: str, tool: str | None, pinned: Container[str], dialect: str
@@ -356,19 +322,11 @@ class Metrics:
             # and locks on every call.
             answers = self.upstream_answers.labels(upstream, route, status)
             children = self._answered[key] = (
-                _value_of(answers),
-                _Observed(self.upstream_seconds.labels(upstream, route)),
+                answers,
+                self.upstream_seconds.labels(upstream, route),
             )
-        children[0].inc(1)
+        children[0].inc()
         children[1].observe(seconds)
-
-    def stream_opened(self) -> None:
-        """An answer (or a WebSocket) began to be relayed (`replay_proxy_open_streams`)."""
-        self._streams.inc(1)
-
-    def stream_closed(self) -> None:
-        """That answer (or WebSocket) is done."""
-        self._streams.inc(-1)
 
     def render(self) -> bytes:
         """The scrape: this process's registry and its process and Python collectors, or, in

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.gate.reasons import Outcome
 from proxy.state.metrics import Metrics, bucket_bounds, forget_dead_workers
 
 
@@ -111,51 +110,3 @@ def test_dead_workers_gauges_are_forgotten_and_the_living_kept(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [f"gauge_livesum_{alive}.db", f"counter_{dead}.db", f"gauge_max_{dead}.db"]
     )
-
-
-# Durations on a bound, between bounds, below the first and past the last (the +Inf bucket).
-SECONDS = [0.0, 0.001, 0.0010001, 0.0025, 0.7, 610.0, 611.0, 5000.0]
-
-
-def _samples(
-    metrics: Metrics, families: set[str]
-) -> list[tuple[str, list[tuple[str, str]], float]]:
-    return sorted(
-        (sample.name, sorted(sample.labels.items()), sample.value)
-        for family in metrics.registry.collect()
-        if family.name in families
-        for sample in family.samples
-        if not sample.name.endswith("_created")
-    )
-
-
-def test_the_per_request_methods_count_what_the_public_api_would() -> None:
-    fast, public = Metrics(), Metrics()
-    for n, seconds in enumerate(SECONDS):
-        status = "200" if n % 3 else "502"
-        fast.upstream_answered("default", "responses", status, seconds)
-        public.upstream_answers.labels("default", "responses", status).inc()
-        public.upstream_seconds.labels("default", "responses").observe(seconds)
-        fast.count("responses", Outcome.FORWARD, "default", "responses")
-        public.requests.labels("responses", Outcome.FORWARD, "default", "responses").inc()
-        fast.stream_opened()
-        public.open_streams.inc()
-        if n % 2:
-            fast.stream_closed()
-            public.open_streams.dec()
-    families = {
-        "replay_proxy_upstream_answers",
-        "replay_proxy_upstream_seconds",
-        "replay_proxy_requests",
-        "replay_proxy_open_streams",
-    }
-    counted = _samples(fast, families)
-    assert counted == _samples(public, families)
-    assert {name for name, _, _ in counted} == {
-        "replay_proxy_upstream_answers_total",
-        "replay_proxy_upstream_seconds_bucket",
-        "replay_proxy_upstream_seconds_count",
-        "replay_proxy_upstream_seconds_sum",
-        "replay_proxy_requests_total",
-        "replay_proxy_open_streams",
-    }
