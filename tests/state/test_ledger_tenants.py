@@ -3,8 +3,12 @@ another tenant's few responses."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.settings import LedgerSettings
 from proxy.state.recording import RecordedResponse
@@ -87,3 +91,29 @@ async def test_one_tenants_traffic_leaves_anothers_follow_up_usable(
             assert answer.status == 200, await answer.text()
 
     assert recording_upstream.received[-1].json() == follow_up
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 7)), min_size=1, max_size=40),
+    st.integers(1, 4),
+    st.integers(1, 8),
+)
+@settings(max_examples=300, deadline=None)
+def test_every_tenant_is_counted_as_it_holds(
+    puts: list[tuple[str, int]], per_tenant: int, most: int
+) -> None:
+    """Whatever the order of puts (a response put again, a tenant at its share, a full store),
+    the count the store keeps of each tenant (which a full store evicts by) is what the tenant
+    holds, both bounds hold, and the response just put is held."""
+    store = MemoryStore(max_responses=most, ttl_s=60, max_per_tenant=per_tenant)
+
+    async def put_all() -> None:
+        for tenant, number in puts:
+            await store.put(tenant, RecordedResponse(f"resp_{number}", None, ()))
+            assert await store.chain(tenant, f"resp_{number}", 1)
+            holding = {t: len(ids) for t, ids in store._held.items()}
+            assert store._holdings._count == holding
+            assert len(store) == sum(holding.values()) <= most
+            assert max(holding.values()) <= per_tenant
+
+    asyncio.run(put_all())
