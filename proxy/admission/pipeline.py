@@ -29,6 +29,7 @@ from proxy.gate.findings import Finding
 from proxy.gate.pairing import NOTHING_RECORDED
 from proxy.gate.policy import Policy
 from proxy.gate.reasons import Outcome
+from proxy.gate.values import value
 from proxy.gate.verdict import Bounds, Verdict, inspect, over_limit, rejection
 from proxy.state import audit
 from proxy.state.audit import AuditLog
@@ -58,7 +59,7 @@ LEDGER_UNAVAILABLE = ProxyError(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Request:
     """A gated request as its front received it, the body whole."""
 
@@ -105,7 +106,7 @@ class Answer:
     findings: tuple[Finding, ...] = ()  # of a blocked request: for its access line and span
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Forward:
     """Send `data` upstream as the body. Only bytes, so that the parsed body is freed before
     the upstream is waited for (a 1 MB body parses to several MB)."""

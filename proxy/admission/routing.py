@@ -9,7 +9,6 @@ route whose matchers all match wins.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -19,10 +18,11 @@ from proxy.config import Config, Route
 from proxy.gate.caches import GateCaches
 from proxy.gate.errors import ProxyError
 from proxy.gate.policy import Policy
+from proxy.gate.values import value
 from proxy.gate.verdict import Bounds
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Routed:
     """The route a request takes: its upstream, and the body's `model` as it goes upstream
     (None: unchanged)."""

@@ -6,13 +6,13 @@ import logging
 import re
 from collections import deque
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from proxy.admission import body
 from proxy.admission.completions import Completion, StreamedCompletion, completion_of
+from proxy.gate.values import value
 from proxy.state.ledger import Ledger
 from proxy.state.recording import NO_CONTEXT, Context
 
@@ -35,7 +35,7 @@ _MARKERS = (b"response.completed", b"response.incomplete", b"response.output_ite
 _LF = ord("\n")
 
 
-@dataclass(frozen=True)
+@value
 class Recording:
     """Where the answer to a request is recorded: the ledger, the tenant it is recorded for,
     the most bytes read of it, and the request's id for the log."""

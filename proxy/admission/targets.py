@@ -12,10 +12,10 @@ import itertools
 import re
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass
 from urllib.parse import unquote
 
 from proxy.admission import dialect
+from proxy.gate.values import value
 
 # The canonical gated paths (every dialect's), each with its metrics' route; a gated request is
 # forwarded to exactly the path that was checked.
@@ -48,7 +48,7 @@ class TargetError(ValueError):
     """A request target that is not valid origin-form or absolute-form; the message says why."""
 
 
-@dataclass(frozen=True)
+@value
 class Target:
     """A valid request target, read the way the proxy routes and forwards it."""
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from proxy.gate.findings import Finding
+from proxy.gate.values import value
 from proxy.gate.verdict import MAX_FINDINGS, Verdict, listed
 
 _OUTCOME_ACTION = {"block": "block", "strip": "strip", "rewrite": "rewrite", "forward": "log"}
@@ -82,7 +83,7 @@ def record(request: AuditedRequest, verdict: Verdict, *, include_arguments: bool
     return entry
 
 
-@dataclass(frozen=True)
+@value
 class Relayed:
     """What an emitted-call record says of the request whose answer held the calls; `raw` is
     its body as received (None on a WebSocket, whose records name the connection)."""

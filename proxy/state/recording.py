@@ -15,6 +15,7 @@ import orjson
 
 from proxy.gate import items
 from proxy.gate.items import Item
+from proxy.gate.values import value
 
 # What the gate needs of a recorded item; the rest (message text, reasoning) is not kept.
 # `TOOLS` names, on a recorded call, the tools of the request that made it (their hash).
@@ -116,7 +117,7 @@ class Context:
 NO_CONTEXT = Context()
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RecordedResponse:
     """One upstream response as the gate needs it: its id, its predecessor, its pairable and
     referable items (the first `inputs` of them from the request that created it, then its
