@@ -229,6 +229,11 @@ class Exchange:
         if mounted.own and not behind_envoy:
             message = f"{method} {mounted.path}: no such admin endpoint; /-/ is never forwarded"
             raise self.refuse(ProxyError(404, "not_found", message), Outcome.NOT_FOUND)
+        if not behind_envoy and mcp.unserved(target.path, self.config.mcp.servers):
+            # A misspelled server must not reach the model's upstream (its calls unchecked).
+            self.dialect = mcp.LABEL
+            message = f"{method} {target.path}: no MCP server of `mcp.servers` is served here"
+            raise self.refuse(ProxyError(404, "not_found", message), Outcome.NOT_FOUND)
         if (
             behind_envoy
             and gated is None

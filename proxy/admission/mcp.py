@@ -18,7 +18,7 @@ gate can read and no call in it is refused; else it is refused whole with -32600
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,13 @@ def server_of(path: str) -> str | None:
         return None
     name = path[len(PREFIX) :]
     return name if name and "/" not in name else None
+
+
+def unserved(path: str, servers: Collection[str]) -> bool:
+    """Whether `path` is under `/mcp/` where the proxy serves MCP servers (`servers`, the
+    config's `mcp.servers`) but names none of them: answered 404 by the proxy, never sent
+    to the model's upstream. With no server configured, `/mcp/` is no path of the proxy's."""
+    return bool(servers) and path.startswith(PREFIX) and server_of(path) not in servers
 
 
 class McpCalls:

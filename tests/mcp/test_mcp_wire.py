@@ -235,3 +235,32 @@ async def test_a_body_that_is_no_json_rpc_is_refused_and_never_forwarded(
         assert answer.status == 400
         assert (await answer.json())["error"]["code"] == code
     assert recording_upstream.received == []
+
+
+@pytest.mark.parametrize("path", ["/mcp/report", "/mcp/reports/x", "/mcp/"])
+async def test_a_path_under_mcp_that_names_no_server_is_404_and_never_forwarded(
+    recording_upstream: RecordingUpstream,
+    start_proxy: ProxyFactory,
+    http: aiohttp.ClientSession,
+    path: str,
+) -> None:
+    # A misspelled server would otherwise reach the model's upstream, its calls unchecked.
+    server = {"url": f"{recording_upstream.url}/mcp"}
+    base = await start_proxy(recording_upstream.url, mcp={"servers": {"reports": server}})
+    headers = {"Authorization": "Bearer sk-a", "Accept": _ACCEPT}
+    async with http.post(f"{base}{path}", json=call(1, {}), headers=headers) as answer:
+        assert answer.status == 404
+        error = (await answer.json())["error"]
+    assert error["code"] == "not_found"
+    assert path in error["message"]
+    assert recording_upstream.received == []
+
+
+async def test_with_no_mcp_server_a_path_under_mcp_is_the_upstreams(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    base = await start_proxy(recording_upstream.url)
+    async with http.post(f"{base}/mcp/reports", json=call(1, {})) as answer:
+        assert answer.status == 200
+    [received] = recording_upstream.received
+    assert received.target == "/mcp/reports"
