@@ -31,12 +31,10 @@ log = logging.getLogger("replay_proxy")
 
 _TERMINAL = ("response.completed", "response.incomplete")
 # The types of the only SSE events the tap decodes.
-_COMPLETED, _INCOMPLETE, _ITEM_DONE = (
-    b"response.completed",
-    b"response.incomplete",
-    b"response.output_item.done",
-)
-_MARKERS = (_COMPLETED, _INCOMPLETE, _ITEM_DONE)
+_MARKERS = (b"response.completed", b"response.incomplete", b"response.output_item.done")
+# Any of them, found by one search: on a delta's chunk 0.24 µs, where a `find` per marker takes
+# 0.58 µs (each parses its arguments the slow way); on a whole 3.4 kB stream, 1.6 µs against 1.2.
+_MARKER = re.compile(rb"response\.(?:completed|incomplete|output_item\.done)")
 _LF = ord("\n")
 
 
@@ -161,11 +159,8 @@ class ResponseTap:
 
     def _may_decode(self, events: bytes) -> bool:
         """Whether whole events may hold one the tap decodes: one holds the type of an event
-        `event` reads. (A search per marker, written out: this runs for every chunk of a
-        stream. One regular expression for all three costs several times more, stopping at
-        every `response.`.)"""
-        find = events.find
-        return find(_COMPLETED) >= 0 or find(_INCOMPLETE) >= 0 or find(_ITEM_DONE) >= 0
+        `event` reads (this runs for every chunk of a stream: one search, `_MARKER`)."""
+        return _MARKER.search(events) is not None
 
     async def _feed(self, chunk: bytes) -> None:
         self.received += len(chunk)
@@ -254,15 +249,15 @@ class ResponseTap:
         if pending.find(b"\r") >= 0:
             # Lines that may end with CRLF: the events one by one, only three kinds decoded.
             for block in take_events(pending):
-                if any(block.find(marker) >= 0 for marker in _MARKERS):
+                if _MARKER.search(block) is not None:
                     await self._event(event_data(block))
         else:
             # Most servers end lines with LF alone: then the events that matter are found by
-            # their markers, and the rest (the deltas) are never looked at one by one.
-            # Where each marker is next: each is looked for again only once passed, so the
-            # buffer is read about once per marker, however many events it holds.
-            found = [pending.find(marker, start) for marker in _MARKERS]
-            while (at := _first_marker(pending, start, found)) >= 0:
+            # their markers, and the rest (the deltas) are never looked at one by one; the
+            # buffer is read once, whatever the number of events it holds.
+            search = _MARKER.search
+            while (found := search(pending, start)) is not None:
+                at = found.start()
                 begin = pending.rfind(b"\n\n", start, at)
                 begin = start if begin < 0 else begin + 2
                 end = pending.find(b"\n\n", at)
@@ -356,18 +351,6 @@ _MARKERS_OF: dict[type, tuple[Any, ...]] = {
         "response.failed",
     ),
 }
-
-
-def _first_marker(pending: bytearray, start: int, found: list[int]) -> int:
-    """Where the first of the markers is in `pending` from `start`, or -1; `found` holds where
-    each was found last (-1: nowhere after), and is brought up to `start`."""
-    first = -1
-    for index, at in enumerate(found):
-        if 0 <= at < start:
-            at = found[index] = pending.find(_MARKERS[index], start)
-        if at >= 0 and (first < 0 or at < first):
-            first = at
-    return first
 
 
 def take_events(pending: bytearray) -> list[bytearray]:
