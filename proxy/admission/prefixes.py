@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -92,13 +93,19 @@ class Match:
 
 
 class Prefixes:
-    """The verified bodies of live sessions, by tenant, gated path and first bytes."""
+    """The verified bodies of live sessions, by tenant, gated path and first bytes.
+
+    Sessions of one tenant often share their first bytes (the same instructions and tools):
+    a bucket holds its bodies sorted, so that the one a body extends is found beside where
+    the body itself sorts (every body between the two starts with what they share), in
+    O(log n) comparisons of bytes, not one try per session held."""
 
     def __init__(self, max_bytes: int, max_sessions: int) -> None:
         self.max_bytes = max_bytes
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[int, tuple[tuple[str, str, bytes], Verified]] = OrderedDict()
-        self._buckets: dict[tuple[str, str, bytes], list[int]] = {}
+        # (tenant, path, first bytes) -> (body, serial) of each session held, sorted.
+        self._buckets: dict[tuple[str, str, bytes], list[tuple[bytes, int]]] = {}
         self._serial = 0
 
     @property
@@ -110,30 +117,21 @@ class Prefixes:
         return [verified.held for _, verified in self._sessions.values()]
 
     def match(self, tenant: str, path: str, data: bytes) -> Match | None:
-        """The verified body `data` extends (or repeats), newest first; None when none."""
+        """The verified body `data` extends (or repeats); None when none. It is looked for
+        among the `NEIGHBOURS` held bodies on each side of where `data` sorts in its bucket:
+        past them, only bodies that share with `data` all the one it extends has (sessions
+        forked from one history) are passed over, and a body not found is read in full."""
         if len(data) <= ANCHOR:
             return None
         bucket = self._buckets.get((tenant, path, data[:ANCHOR]))
         if not bucket:
             return None
-        size = len(data)
-        for serial in reversed(bucket):
-            verified = self._sessions[serial][1]
-            known = memoryview(verified.data)
-            tail = len(verified.data) - verified.end
-            if size < verified.cut + tail or not data.startswith(known[: verified.cut]):
-                continue
-            if not data.endswith(known[verified.end :]):
-                continue
-            end = size - tail
-            middle = data[verified.cut : end]
-            rest = middle.lstrip(_WHITESPACE)
-            if not rest:
-                return Match(verified, serial, b"[]", False, verified.cut, end)
-            if rest[:1] != b",":
-                continue
-            cut = end - (len(middle) - len(middle.rstrip(_WHITESPACE)))
-            return Match(verified, serial, b"[" + rest[1:] + b"]", True, cut, end)
+        at = bisect_left(bucket, (data,))
+        for index in _around(at, len(bucket)):
+            serial = bucket[index][1]
+            found = _extension(self._sessions[serial][1], serial, data)
+            if found is not None:
+                return found
         return None
 
     def remember(self, tenant: str, path: str, verified: Verified, serial: int | None) -> None:
@@ -148,7 +146,7 @@ class Prefixes:
             self._serial += 1
             serial = self._serial
         self._sessions[serial] = (key, verified)
-        self._buckets.setdefault(key, []).append(serial)
+        insort(self._buckets.setdefault(key, []), (verified.data, serial))
         while len(self._sessions) > self.max_sessions:
             self._forget(next(iter(self._sessions)))
 
@@ -156,10 +154,48 @@ class Prefixes:
         found = self._sessions.pop(serial, None)
         if found is None:
             return
-        bucket = self._buckets[found[0]]
-        bucket.remove(serial)
+        key, verified = found
+        bucket = self._buckets[key]
+        del bucket[bisect_left(bucket, (verified.data, serial))]
         if not bucket:
-            del self._buckets[found[0]]
+            del self._buckets[key]
+
+
+# How many held bodies on each side of where a body sorts are tried.
+NEIGHBOURS = 8
+
+
+def _around(at: int, size: int) -> list[int]:
+    """The indices of a sorted bucket of `size` nearest `at` (where a body sorts), first at
+    and after it (where the body it extends sorts: its `]` after the shared bytes sorts after
+    the body's `,`), then alternately before and after."""
+    after = range(at, min(size, at + NEIGHBOURS))
+    before = range(at - 1, max(-1, at - 1 - NEIGHBOURS), -1)
+    order = [i for pair in zip(after, before, strict=False) for i in pair]
+    shorter = after if len(after) < len(before) else before
+    longer = before if shorter is after else after
+    order += longer[len(shorter) :]
+    return order
+
+
+def _extension(verified: Verified, serial: int, data: bytes) -> Match | None:
+    """How `data` extends (or repeats) the held body `verified`; None when it does not."""
+    known = memoryview(verified.data)
+    size = len(data)
+    tail = len(verified.data) - verified.end
+    if size < verified.cut + tail or not data.startswith(known[: verified.cut]):
+        return None
+    if not data.endswith(known[verified.end :]):
+        return None
+    end = size - tail
+    middle = data[verified.cut : end]
+    rest = middle.lstrip(_WHITESPACE)
+    if not rest:
+        return Match(verified, serial, b"[]", False, verified.cut, end)
+    if rest[:1] != b",":
+        return None
+    cut = end - (len(middle) - len(middle.rstrip(_WHITESPACE)))
+    return Match(verified, serial, b"[" + rest[1:] + b"]", True, cut, end)
 
 
 def locate(

@@ -352,3 +352,48 @@ def test_locate_tells_the_array_from_one_nested_after_it(
     data: bytes, located: tuple[int, int] | None
 ) -> None:
     assert prefixes.locate(data, "input") == located
+
+
+# -- many sessions sharing their first bytes ---------------------------------------------------
+
+
+def held_body(data: bytes, config: Config) -> prefixes.Verified:
+    cut, end = prefixes.locate(data, "input") or (0, 0)
+    return prefixes.Verified(data, cut, end, {}, frozenset(), (), "default", config.gate)
+
+
+def test_each_of_many_sessions_sharing_their_first_bytes_finds_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Sessions of one tenant with the same instructions and tools (the first 1,300 bytes of
+    # every body), two by two asking the same question: each turn extends its own session's
+    # body, found among hundreds held with a bounded number of tries, however many are held.
+    config = config_of(1 << 20)
+    held = prefixes.Prefixes(1 << 20, 1000)
+    tried: list[int] = []
+    extension = prefixes._extension
+
+    def counted(verified: prefixes.Verified, serial: int, data: bytes) -> prefixes.Match | None:
+        tried.append(serial)
+        return extension(verified, serial, data)
+
+    monkeypatch.setattr(prefixes, "_extension", counted)
+    sessions = [[{"role": "user", "content": f"question {n % 300}"}] for n in range(600)]
+    serials: list[int | None] = [None] * len(sessions)
+    for turn in range(3):
+        for n, history in enumerate(sessions):
+            new = [sales_call(f"call_{n}_{turn}"), sales_output(f"call_{n}_{turn}")]
+            tried.clear()
+            found = held.match("t_alice", "/v1/responses", wire(history, new))
+            if turn == 0:
+                assert found is None  # nothing held for it yet
+            else:
+                assert found is not None
+                assert found.serial == serials[n]
+                assert json.loads(found.new) == new
+            assert len(tried) <= 2 * prefixes.NEIGHBOURS
+            history += new
+            verified = held_body(wire(history, []), config)
+            held.remember("t_alice", "/v1/responses", verified, serials[n])
+            serials[n] = serials[n] or held._serial
+    assert len(held.held()) == len(sessions)
