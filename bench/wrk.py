@@ -43,7 +43,9 @@ _NUMBERED = """\
 local marker = [==[{marker}]==]
 local at = assert(string.find(wrk.body, marker, 1, true))
 local head, tail = wrk.body:sub(1, at - 1), wrk.body:sub(at + #marker)
-local sent = 0
+-- Numbered on from the clock (100,000 a second), not from 0: a run after another (a warm-up,
+-- then the counted run) sends none of the bodies the server has seen already.
+local sent = (os.time() % 10 ^ ({width} - 5)) * 10 ^ 5
 request = function()
   sent = sent + 1
   return wrk.format(nil, nil, nil, head .. string.format("%0{width}d", sent) .. tail)
@@ -52,11 +54,12 @@ end
 
 
 def write_numbered_script(directory: Path, index: int, body: Body, marker: str) -> Path:
-    """`write_script`, but each request's body numbered: `marker` (digits, once in the body)
-    replaced by the count of requests sent so far, as wide (wrk's `-t1`: one count for all its
-    connections). No two bodies are the same, and all are of one size."""
-    if body.data.count(marker.encode()) != 1 or not marker.isdigit():
-        raise ValueError(f"{body.name}: the marker {marker!r} must be digits found once")
+    """`write_script`, but each request's body numbered: `marker` (digits, once in the body,
+    at least 10 of them) replaced by a count of the requests sent, as wide, that starts from
+    the clock (wrk's `-t1`: one count for all its connections). No two bodies are the same,
+    in one run or in runs seconds apart, and all are of one size."""
+    if body.data.count(marker.encode()) != 1 or not marker.isdigit() or len(marker) < 10:
+        raise ValueError(f"{body.name}: the marker {marker!r} must be 10 digits or more, once")
     script = write_script(directory, index, body)
     numbered = _NUMBERED.format(marker=marker, width=len(marker))
     script.write_text(script.read_text("utf-8") + numbered, encoding="utf-8")
