@@ -188,8 +188,17 @@ async def admit(
     # The config's, made once with its caches (a front's are).
     bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
     limits = dialect.call_limits(policy.vendor)
+    # The function tools it offers, read once: the gate declares them, the record keeps them.
+    offered = items.tool_schemas(parsed.get("tools"))
     judged = await _inspect(
-        seen.body, policy, view, metrics, _caches(caches, policy), bounds, limits
+        seen.body,
+        policy,
+        view,
+        metrics,
+        _caches(caches, policy),
+        bounds,
+        limits,
+        offered if seen.body is parsed else None,
     )
     # In the body's own terms from here on: its findings' places, the items it sends.
     verdict = seen.located(judged)
@@ -232,7 +241,12 @@ async def admit(
     recorded = NO_CONTEXT
     if dialect.records:
         recorded = context_of(
-            parsed, verdict, view, compacts=dialect.compacts(request.path), dialect=dialect
+            parsed,
+            verdict,
+            view,
+            compacts=dialect.compacts(request.path),
+            dialect=dialect,
+            offered=offered,
         )
         if config.ledger.whole_items and dialect.continues:
             recorded = replace(recorded, whole=tuple(whole_input(dialect, parsed, verdict)))
@@ -490,6 +504,7 @@ def context_of(
     *,
     compacts: bool,
     dialect: Dialect = OPEN_RESPONSES,
+    offered: list[tuple[str, Any]] | None = None,
 ) -> Context:
     """What the response this request creates is recorded with: the calls of its input that
     went upstream and passed the gate (none a finding named), an `item_reference` or a
@@ -498,8 +513,9 @@ def context_of(
     A call answered in the same input is left out: no later output may answer it again; so are
     messages (those the proxy relayed were recorded with the response that made them). A
     `/compact` request's context also holds the unanswered calls of the chain it names.
+    (`offered`: `items.tool_schemas` of its `tools`, when read already.)
     """
-    tools = tuple(items.tool_schemas(parsed.get("tools")))
+    tools = tuple(items.tool_schemas(parsed.get("tools")) if offered is None else offered)
     input_items = dialect.input_items(parsed)
     named = {i for f in verdict.findings for i in (f.index, f.paired_index) if i is not None}
     # Each item's kind read once: a body of a few hundred pairs asks for each several times.
@@ -567,12 +583,14 @@ async def _inspect(
     caches: GateCaches,
     bounds: Bounds,
     limits: CallLimits | None,
+    offered: list[tuple[str, Any]] | None = None,
 ) -> Verdict:
     """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
     config's limits of what a verdict lists (`bounds`), a call within those the target's API
-    adds (`limits`)."""
+    adds (`limits`). (`offered`: `items.tool_schemas` of its `tools`, when read already.)"""
     # The tools it declares, found once: the schemas to compile and the calls' both read them.
-    declared = items.declared_tools(parsed) if isinstance(parsed.get("input"), list) else None
+    listed = isinstance(parsed.get("input"), list)
+    declared = items.declared_tools(parsed, offered) if listed else None
     pending = pending_schemas(parsed, gate, caches, declared)
     if pending:
         # A schema first seen is compiled in a worker thread: a large one (thousands of

@@ -173,26 +173,28 @@ def tool_schemas(tools: Any, namespace: str | None = None) -> list[tuple[str, An
         if not isinstance(tool, dict):
             continue
         kind_of_tool = tool.get("type", "function")
-        if kind_of_tool == NAMESPACE and namespace is None:
+        if kind_of_tool == "function":
+            spec = tool.get("function")
+            if not isinstance(spec, dict):
+                spec = tool
+            name = spec.get("name")
+            if isinstance(name, str):
+                named = name if namespace is None else f"{namespace}/{name}"
+                found.append((named, spec.get("parameters")))
+        elif kind_of_tool == NAMESPACE and namespace is None:
             inner = tool.get("name")
             if isinstance(inner, str) and inner:
                 found.extend(tool_schemas(tool.get("tools"), inner))
-            continue
-        if kind_of_tool != "function":
-            continue
-        spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-        assert isinstance(spec, dict)
-        name = spec.get("name")
-        if isinstance(name, str):
-            named = name if namespace is None else f"{namespace}/{name}"
-            found.append((named, spec.get("parameters")))
     return found
 
 
-def declared_tools(body: Item) -> list[tuple[str, Any]]:
-    """(name, parameters) of every function tool the request declares: in its `tools`, and in
-    the items of its `input` that add tools (`TOOL_ITEMS`)."""
-    found = tool_schemas(body.get("tools"))
+def declared_tools(
+    body: Item, offered: list[tuple[str, Any]] | None = None
+) -> list[tuple[str, Any]]:
+    """(name, parameters) of every function tool the request declares: in its `tools` (their
+    `tool_schemas`, `offered` when read already), and in the items of its `input` that add
+    tools (`TOOL_ITEMS`)."""
+    found = tool_schemas(body.get("tools")) if offered is None else list(offered)
     listed = body.get("input")
     for item in listed if isinstance(listed, list) else ():
         if isinstance(item, dict) and item.get("type") in TOOL_ITEMS:
