@@ -192,6 +192,9 @@ _NOT_A_DOCUMENT = (
 )
 
 _Found = tuple[Kind, dict[str, Any], str | None, Any, bool]
+# What makes a `"jsonrpc": "2.0"` object a message: a method (a request or a notification), a
+# result or an error (a response).
+_JSON_RPC_MEMBERS = frozenset({"method", "result", "error"})
 
 
 def _classify(value: dict[str, Any], via: str | None, depth: int) -> Iterator[_Found]:
@@ -210,8 +213,9 @@ def _classify(value: dict[str, Any], via: str | None, depth: int) -> Iterator[_F
     if isinstance(value.get("event"), str) and isinstance(value.get("findings"), list):
         yield "audit_record", value, via, None, False
         return
-    if value.get("jsonrpc") == "2.0" and ("method" in value or "result" in value):
-        # An MCP message: a tools/list result gives the tools, a tools/call is judged.
+    if value.get("jsonrpc") == "2.0" and not _JSON_RPC_MEMBERS.isdisjoint(value):
+        # An MCP message (a request, a notification, a result or an error): a tools/list
+        # result gives the tools, a tools/call is judged, the others pass.
         yield "mcp_message", value, via, None, False
         return
     if "input" in value:

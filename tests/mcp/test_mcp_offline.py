@@ -53,6 +53,25 @@ def test_check_judges_a_logged_tools_call_by_the_tools_list_before_it(tmp_path: 
     ]
 
 
+def test_check_reads_a_logged_batch_with_an_error_as_mcp_messages(tmp_path: Path) -> None:
+    # A JSON-RPC error is a message too: a batch that holds one (as a server's answers do) is
+    # read message by message, never as Responses items (each an `item_reference` by its id).
+    error = {"jsonrpc": "2.0", "id": 9, "error": {"code": -32601, "message": "no such method"}}
+    batch = [
+        {"jsonrpc": "2.0", "id": 1, "result": {"tools": [LISTED]}},
+        tools_call(2, "get_report", {"region": "mars"}),
+        error,
+    ]
+    name = write(tmp_path / "batch.json", json.dumps(batch))
+    run = check(tmp_path, "--json", name)
+    assert run.code == 1, run.err
+    found = [(v["element"], v["kind"], v["finding"]["reason"]) for v in run.verdicts]
+    assert found == [(1, "mcp_message", "arguments_schema")]
+    alone = write(tmp_path / "error.json", json.dumps(error))
+    run = check(tmp_path, "--json", alone)
+    assert (run.code, run.verdicts) == (0, []), run.err
+
+
 def test_check_judges_a_tools_call_by_a_pinned_schema(tmp_path: Path) -> None:
     config = tmp_path / "proxy.yaml"
     pinned = {"type": "object", "properties": {"region": {"type": "string"}}}
