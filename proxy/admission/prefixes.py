@@ -166,15 +166,15 @@ NEIGHBOURS = 8
 
 
 def _around(at: int, size: int) -> list[int]:
-    """The indices of a sorted bucket of `size` nearest `at` (where a body sorts), first at
-    and after it (where the body it extends sorts: its `]` after the shared bytes sorts after
-    the body's `,`), then alternately before and after."""
-    after = range(at, min(size, at + NEIGHBOURS))
-    before = range(at - 1, max(-1, at - 1 - NEIGHBOURS), -1)
-    order = [i for pair in zip(after, before, strict=False) for i in pair]
-    shorter = after if len(after) < len(before) else before
-    longer = before if shorter is after else after
-    order += longer[len(shorter) :]
+    """The indices of a sorted bucket of `size` nearest `at`, where a body sorts: `at` first
+    (the body it extends sorts just after it: its `]` after the bytes they share sorts after
+    the body's `,`), then one before, one after, and so on, `NEIGHBOURS` on each side."""
+    order = []
+    for step in range(NEIGHBOURS):
+        if at + step < size:
+            order.append(at + step)
+        if at - 1 - step >= 0:
+            order.append(at - 1 - step)
     return order
 
 
