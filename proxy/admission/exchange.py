@@ -229,11 +229,6 @@ class Exchange:
         if mounted.own and not behind_envoy:
             message = f"{method} {mounted.path}: no such admin endpoint; /-/ is never forwarded"
             raise self.refuse(ProxyError(404, "not_found", message), Outcome.NOT_FOUND)
-        if not behind_envoy and mcp.unserved(target.path, self.config.mcp.servers):
-            # A misspelled server must not reach the model's upstream (its calls unchecked).
-            self.dialect = mcp.LABEL
-            message = f"{method} {target.path}: no MCP server of `mcp.servers` is served here"
-            raise self.refuse(ProxyError(404, "not_found", message), Outcome.NOT_FOUND)
         if (
             behind_envoy
             and gated is None
@@ -242,6 +237,12 @@ class Exchange:
             self.state = _PASSED
             return _PASS
         self._tenant(values)
+        if not behind_envoy and mcp.unserved(target.path, self.config.mcp.servers):
+            # A misspelled server must not reach the model's upstream (its calls unchecked).
+            # Told only to a client the proxy knows: which names exist is no stranger's.
+            self.dialect = mcp.LABEL
+            message = f"{method} {target.path}: no MCP server of `mcp.servers` is served here"
+            raise self.refuse(ProxyError(404, "not_found", message), Outcome.NOT_FOUND)
         if self.caches.match_headers:
             self.matched = routing.route_headers(routes, values)
         # Behind Envoy any upgrade to a WebSocket is refused; `serve` upgrades a GET's only.

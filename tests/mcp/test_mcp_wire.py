@@ -4,6 +4,7 @@ object, batches), a session id presented by another tenant, and the session's en
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,23 @@ async def test_a_path_under_mcp_that_names_no_server_is_404_and_never_forwarded(
         error = (await answer.json())["error"]
     assert error["code"] == "not_found"
     assert path in error["message"]
+    assert recording_upstream.received == []
+
+
+async def test_a_stranger_is_told_401_under_mcp_not_which_servers_exist(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, http: aiohttp.ClientSession
+) -> None:
+    listed = [{"name": "alice", "key_sha256": hashlib.sha256(b"sk-listed").hexdigest()}]
+    server = {"url": f"{recording_upstream.url}/mcp"}
+    base = await start_proxy(
+        recording_upstream.url, mcp={"servers": {"reports": server}}, clients=listed
+    )
+    for path in ("/mcp/reports", "/mcp/report"):
+        async with http.post(f"{base}{path}", json=call(1, {})) as answer:
+            assert answer.status == 401, path
+    headers = {"Authorization": "Bearer sk-listed"}
+    async with http.post(f"{base}/mcp/report", json=call(1, {}), headers=headers) as answer:
+        assert answer.status == 404
     assert recording_upstream.received == []
 
 
