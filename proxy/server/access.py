@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Callable
 from contextlib import nullcontext
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from proxy.admission import targets
 from proxy.admission.access import Access
 from proxy.admission.exchange import REQUEST_ID_HEADER, request_ids
 from proxy.admission.ids import new_request_id
@@ -38,6 +40,8 @@ class RequestIdFilter(logging.Filter):
 
 
 ACCESS = web.RequestKey("access", Access)
+# The request target as the proxy read it, for every handler.
+TARGET = web.RequestKey("target", targets.Target)
 # The answer a request has begun to send (named, its head on its way).
 BEGUN = web.RequestKey("answer_begun", web.StreamResponse)
 # The span of a request with tracing off.
@@ -53,18 +57,28 @@ def log_access(access: Access) -> None:
     access_log.info("access", extra={"access": access.fields(), "request_id": access.request_id})
 
 
-@web.middleware
-async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Around everything: the request's id (before anything is done with it) for its answer
-    and its log lines, its span (with tracing on), and its access line once it is done,
-    answered or cut short; meanwhile its task is in flight."""
+# How a failure of the handler's becomes an answer (the app's: `app.answer_failure`).
+FailureAnswer = Callable[[web.Request, Exception], web.StreamResponse]
+
+
+async def observe(
+    request: web.Request, *, handler: Handler, failed: FailureAnswer
+) -> web.StreamResponse:
+    """Around every handler, the one frame between aiohttp and it: the request's id (before
+    anything is done with it) for its answer and its log lines, its target (a target that is
+    not valid origin-form or absolute-form is refused, whatever the path and method), its span
+    (with tracing on), its access line once it is done, answered or cut short, and `failed`'s
+    answer to anything the handler raises but aiohttp's own answers; meanwhile its task is in
+    flight. (A route's handler is `partial(observe, handler=…, failed=…)`, not an aiohttp
+    middleware: any middleware adds two coroutines to every request, and a frame that every
+    resumption of its task passes through.)"""
     request_id = request[REQUEST_ID] = new_request_id()
-    access = Access(request_id, request.method, request.raw_path.partition("?")[0])
+    raw_path = request.raw_path
+    access = Access(request_id, request.method, raw_path.partition("?")[0])
     request[ACCESS] = access
     token = CURRENT_REQUEST_ID.set(request_id)
     app = request.app
     tracing = app.get(TRACING)
-    # Kept here rather than by a middleware of its own: one coroutine less on every request.
     in_flight = app[IN_FLIGHT]
     task = asyncio.current_task()
     assert task is not None
@@ -72,10 +86,16 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         with _NO_SPAN if tracing is None else tracing.span(request, access) as span:
             try:
-                response = await handler(request)
+                try:
+                    request[TARGET] = targets.read_target(raw_path)
+                    response = await handler(request)
+                except web.HTTPException:
+                    raise  # aiohttp's own answers (none of the proxy's routes raise one)
+                except Exception as exc:
+                    response = failed(request, exc)
                 _answered(request, access, response)
                 return response
-            except web.HTTPException as exc:  # aiohttp's own answers
+            except web.HTTPException as exc:
                 _answered(request, access, exc)
                 raise
             except asyncio.CancelledError:

@@ -8,6 +8,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -23,7 +24,7 @@ from proxy.admission.services import open_services
 from proxy.config import Config
 from proxy.gate.errors import ProxyError, internal_error
 from proxy.server import admin
-from proxy.server.access import ACCESS, BEGUN, observe
+from proxy.server.access import ACCESS, BEGUN, TARGET, observe
 from proxy.server.forward import forward
 from proxy.server.headers import body_headers_named, mcp_headers, upstream_headers
 from proxy.server.in_force import InForce, InForceHolder
@@ -70,50 +71,42 @@ class _ClientFaults(logging.Filter):
 _CLIENT_FAULTS = _ClientFaults()
 # Read once: an Enum class's attribute is a slow lookup on Python 3.11 (see exchange.py).
 _GATE, _SOCKET = Head.GATE, Head.SOCKET
-# The request target as the proxy read it, for every handler.
-TARGET = web.RequestKey("target", targets.Target)
 
 
-@web.middleware
-async def answer_failures(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The one place a failure becomes an answer: a ProxyError in the API's error shape, and
-    anything unexpected (a bug) a 500 naming the request id, its traceback in the log.
-
-    First, before any handler (an admin one too) runs, a request target that is not valid
-    origin-form or absolute-form is refused (400), whatever the path and method. (Read here,
-    not in a middleware of its own: each one is a coroutine more for every request, and one
-    more frame every resumption of its task passes through.)"""
-    try:
-        try:
-            request[TARGET] = targets.read_target(request.raw_path)
-        except targets.TargetError as exc:
-            # The metrics looked up only now: on every request it is two aiohttp properties more.
-            raise refused_target(exc, request.app[METRICS]) from None
-        return await handler(request)
-    except web.HTTPException:
-        raise  # aiohttp's own answers (none of the proxy's routes raise one)
-    except Exception as exc:
-        request_id = request[REQUEST_ID]
-        if isinstance(exc, ProxyError):
-            failure = exc
-        else:
-            # The path without its query, which may carry a value that is not the log's to keep.
-            path = request.raw_path.partition("?")[0]
-            log.exception("%s unexpected error: %s %s", request_id, request.method, path)
-            failure = internal_error(request_id)
-        request[ACCESS].failed(failure.code)
-        begun: web.StreamResponse | None = request.get(BEGUN)
-        if begun is not None:
-            # No answer can follow one that has begun: the connection is cut, so that the
-            # client cannot take what it got for the whole answer.
-            log.warning("%s %s after the answer began: connection cut", request_id, failure.code)
-            if request.transport is not None:
-                request.transport.close()
-            return begun
+def answer_failure(request: web.Request, exc: Exception) -> web.StreamResponse:
+    """The one place a failure becomes an answer: a ProxyError (a refused request target
+    too) in the API's error shape, and anything unexpected (a bug) a 500 naming the request
+    id, its traceback in the log. After an answer has begun, none can follow: the connection
+    is cut instead."""
+    request_id = request[REQUEST_ID]
+    if isinstance(exc, targets.TargetError):
+        # The metrics looked up only now: on every request it is two aiohttp properties more.
+        failure = refused_target(exc, request.app[METRICS])
+    elif isinstance(exc, ProxyError):
+        failure = exc
+    else:
+        # The path without its query, which may carry a value that is not the log's to keep.
+        path = request.raw_path.partition("?")[0]
+        log.exception("%s unexpected error: %s %s", request_id, request.method, path)
+        failure = internal_error(request_id)
+    request[ACCESS].failed(failure.code)
+    begun: web.StreamResponse | None = request.get(BEGUN)
+    if begun is not None:
+        # No answer can follow one that has begun: the connection is cut, so that the client
+        # cannot take what it got for the whole answer.
+        log.warning("%s %s after the answer began: connection cut", request_id, failure.code)
+        if request.transport is not None:
+            request.transport.close()
+        return begun
     response = answer(pipeline.answer_to(failure))
     if failure.close:
         response.force_close()
     return response
+
+
+def observed(handler: Handler) -> Handler:
+    """`handler` with what is around every request (`access.observe`), failures answered."""
+    return partial(observe, handler=handler, failed=answer_failure)
 
 
 def answer(decided: pipeline.Answer) -> web.Response:
@@ -148,10 +141,7 @@ def make_app(
     # upstream connection at once instead of at the upstream's next chunk. A client too slow
     # to send its head is cut off by the keep-alive timer (`listen.header_timeout_s`).
     app = web.Application(
-        # The id, access line and span first, so that every answer, a refused target's too,
-        # carries the id; then the place failures become answers, around everything that
-        # may fail.
-        middlewares=[observe, answer_failures],
+        # No middleware: every handler is `observed` (see `access.observe`).
         handler_args={
             "auto_decompress": False,
             "handler_cancellation": True,
@@ -185,24 +175,48 @@ def make_app(
     app.cleanup_ctx.append(_watch_workers_ctx)
     app.cleanup_ctx.append(_tracing_ctx)
     # On the data listener an admin endpoint is guarded (see `admin.guarded`).
-    app.router.add_get("/-/healthy", admin.guarded(healthy), expect_handler=_expect)
-    app.router.add_get("/-/ready", admin.guarded(admin.ready), expect_handler=_expect)
-    app.router.add_get("/-/metrics", admin.guarded(metrics), expect_handler=_expect)
-    app.router.add_route("*", "/{tail:.*}", proxy, expect_handler=_expect)
+    app.router.add_get("/-/healthy", observed(admin.guarded(healthy)), expect_handler=_expect)
+    app.router.add_get("/-/ready", observed(admin.guarded(admin.ready)), expect_handler=_expect)
+    app.router.add_get("/-/metrics", observed(admin.guarded(metrics)), expect_handler=_expect)
+    _serve_every_target(app, observed(proxy))
     return app
+
+
+class _EveryTarget(web.DynamicResource):
+    """`/{tail:.*}`, and the targets no path matches (the asterisk-form of `OPTIONS *`): every
+    request reaches a handler, which reads its target and refuses one that is not its to
+    serve. (aiohttp answers an unmatched target itself, a plain-text 404, unless a middleware
+    wraps it; the proxy has none, see `access.observe`.)"""
+
+    def __init__(self, handler: Handler) -> None:
+        super().__init__("/{tail:.*}")
+        self.every = self.add_route("*", handler, expect_handler=_expect)
+
+    async def resolve(
+        self, request: web.Request
+    ) -> tuple[web.UrlMappingMatchInfo | None, set[str]]:
+        found, allowed = await super().resolve(request)
+        if found is None:
+            return web.UrlMappingMatchInfo({"tail": ""}, self.every), allowed
+        return found, allowed
+
+
+def _serve_every_target(app: web.Application, handler: Handler) -> None:
+    """`handler` answers every request no other route takes."""
+    app.router.register_resource(_EveryTarget(handler))
 
 
 def make_admin_app(main: web.Application) -> web.Application:
     """The admin endpoints alone, for their own listener (`admin.listen`): the state of the
     started `main` app, no key asked, and nothing else served (a 404 in the API's shape)."""
-    app = web.Application(middlewares=[observe, answer_failures])
+    app = web.Application()
     for key, value in main.items():
         app[key] = value
     app[IN_FLIGHT] = set()  # a stop waits for the data listener's requests, not these
-    app.router.add_get("/-/healthy", healthy, expect_handler=_expect)
-    app.router.add_get("/-/ready", admin.ready, expect_handler=_expect)
-    app.router.add_get("/-/metrics", metrics, expect_handler=_expect)
-    app.router.add_route("*", "/{tail:.*}", admin.not_admin, expect_handler=_expect)
+    app.router.add_get("/-/healthy", observed(healthy), expect_handler=_expect)
+    app.router.add_get("/-/ready", observed(admin.ready), expect_handler=_expect)
+    app.router.add_get("/-/metrics", observed(metrics), expect_handler=_expect)
+    _serve_every_target(app, observed(admin.not_admin))
     return app
 
 
