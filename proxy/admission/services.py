@@ -78,9 +78,11 @@ def open_ledger(ledger: settings.LedgerSettings, metrics: Metrics) -> Ledger:
     """The ledger of `ledger` on a store of its own (the caller closes `.store`), each fault
     and each response recorded counted in `metrics`."""
     store = open_store(ledger)
-    # A memory store is this process's own: the service's gauge adds up every process's latest
-    # size, which only this process can set, so it does at each write.
-    own = store if isinstance(store, MemoryStore) else None
+    # A worker's memory store is its own: the service's gauge adds up every worker's latest
+    # size, which only that worker can set, so it does at each write. (One process's scrape
+    # reads the size itself, as it reads a shared store's.)
+    shared_metrics = metrics.multiprocess_dir is not None
+    own = store if isinstance(store, MemoryStore) and shared_metrics else None
     return Ledger(
         store,
         max_chain=ledger.max_chain,

@@ -42,12 +42,11 @@ async def forward(
     has started, an upstream failure cuts the client's connection so that it cannot mistake a
     partial answer for a whole one. A ProxyError (502, 504) when no answer could be had."""
     metrics = exchange.services.metrics
-    streams = metrics.open_streams
     access.outcome = exchange.outcome
     access.upstream = upstream.name
     if tracing is not None:
         tracing.inject(headers)
-    streams.inc()
+    metrics.stream_opened()
     sent = time.perf_counter()
     try:
         try:
@@ -74,7 +73,7 @@ async def forward(
             answer.release()
             exchange.close()
     finally:
-        streams.dec()
+        metrics.stream_closed()
     exchange.counted()
     return response
 

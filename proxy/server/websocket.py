@@ -172,9 +172,9 @@ async def _relay(
 ) -> web.StreamResponse:
     """Answer the upgrade, relay both directions (`sides` makes them, once the upgrade is
     answered) until one ends, then close each side the way the other ended."""
-    streams = request.app[METRICS].open_streams
+    metrics = request.app[METRICS]
     pair = _Pair(client, upstream)
-    streams.inc()
+    metrics.stream_opened()
     try:
         access = request[ACCESS]
         name_answer(request, client, access)
@@ -182,7 +182,7 @@ async def _relay(
         access.status = client.status  # 101, set as the upgrade is answered
         await pair.relay(*sides(pair), request[REQUEST_ID])
     finally:
-        streams.dec()
+        metrics.stream_closed()
         await pair.close()
     return client
 

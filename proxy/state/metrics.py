@@ -184,6 +184,9 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=self.registry,
         )
+        # Those answers, counted here: one process's scrape reads the count, a worker writes
+        # each change to its file (the scrapes other workers answer read it there).
+        self.streams = 0
 
         self.ledger_faults = Counter(
             "replay_proxy_ledger_faults",
@@ -289,6 +292,18 @@ class Metrics:
         # them; a process of its own has prometheus-client's collectors read it at the scrape.
         self.process = WorkerProcess(self.registry) if multiprocess_dir is not None else None
 
+    def stream_opened(self) -> None:
+        """An answer (or a WebSocket) begins to be relayed."""
+        self.streams += 1
+        if self.multiprocess_dir is not None:
+            self.open_streams.inc()
+
+    def stream_closed(self) -> None:
+        """An answer (or a WebSocket) is done with."""
+        self.streams -= 1
+        if self.multiprocess_dir is not None:
+            self.open_streams.dec()
+
     def count(self, route: str, outcome: Outcome, upstream: str, dialect: str) -> None:
         """One request handled (`replay_proxy_requests_total`); `upstream` is `-` when none
         was chosen, `dialect` when no dialect read it."""
@@ -332,6 +347,7 @@ class Metrics:
         """The scrape: this process's registry and its process and Python collectors, or, in
         multiprocess mode, every worker's files (their process figures too)."""
         if self.multiprocess_dir is None:
+            self.open_streams.set(self.streams)
             sources: list[Collector] = [self.registry, PROCESS_COLLECTOR, PLATFORM_COLLECTOR]
             sources.append(GC_COLLECTOR)
         else:

@@ -3,6 +3,8 @@ no front is called back."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from proxy import settings
 from proxy.admission.services import open_ledger
 from proxy.state.ledger import Ledger, LedgerFault, LedgerStats
@@ -57,4 +59,19 @@ async def test_open_ledger_counts_in_the_metrics_it_is_given() -> None:
     text = metrics.render().decode()
     assert ledger.stats.writes == 1
     assert metric(text, "replay_proxy_ledger_writes_total") == 1
-    assert metric(text, "replay_proxy_ledger_responses") == 1
+    # One process's scrape reads the store's size itself (the metrics endpoint does): a write
+    # does not set it.
+    assert metric(text, "replay_proxy_ledger_responses") == 0
+
+
+async def test_a_workers_memory_ledger_sets_its_size_at_each_write(tmp_path: Path) -> None:
+    # With workers, a scrape lands on any of them: only this one can say what its memory holds.
+    metrics = Metrics(multiprocess_dir=str(tmp_path))
+    ledger = open_ledger(settings.LedgerSettings(), metrics)
+    try:
+        await ledger.record("t", answer("resp_1"), NO_CONTEXT)
+        await ledger.record("t", answer("resp_2"), NO_CONTEXT)
+    finally:
+        await ledger.store.close()
+
+    assert metrics.registry.get_sample_value("replay_proxy_ledger_responses") == 2
