@@ -23,6 +23,8 @@ class BodyError(ProxyError):
 
 def check_content_type(content_type: str) -> None:
     """Only `application/json` (any parameters, e.g. a charset) is read; else 415."""
+    if content_type == "application/json":
+        return  # what nearly every client sends
     mime, _, params = content_type.partition(";")
     if mime.strip().lower() != "application/json":
         shown = content_type or "none"
