@@ -222,7 +222,11 @@ def main() -> int:
         retry_left_s[0] = plan.retry_s
         loaded: dict[tuple[str, str], list[Run]] = {}
         unloaded: dict[tuple[str, str], list[Run]] = {}
-        total = plan.rounds * len(TARGETS) * (len(bench_bodies) + len(unloaded_bodies))
+        total = (
+            plan.rounds
+            * len(TARGETS)
+            * (len(bench_bodies) + plan.unloaded_cells * len(unloaded_bodies))
+        )
         done = 0
         for round_no in range(plan.rounds):
             for body in bench_bodies:
@@ -236,16 +240,17 @@ def main() -> int:
                         f"cpu {run.cpu_us:9,.0f} µs/req",
                         file=sys.stderr,
                     )
-            for body in unloaded_bodies:
-                for target in rotated(TARGETS, round_no):
-                    run = drive(target, body, 1, plan.unloaded_s)
-                    unloaded.setdefault((body.name, target), []).append(run)
-                    done += 1
-                    print(  # noqa: T201
-                        f"[{done}/{total}] round {round_no + 1} {body.name:<17} {target:<13} "
-                        f"1 connection: p50 {run.p50_ms:7.3f} ms",
-                        file=sys.stderr,
-                    )
+            for cell in range(plan.unloaded_cells):
+                for body in unloaded_bodies:
+                    for target in rotated(TARGETS, round_no + cell):
+                        run = drive(target, body, 1, plan.unloaded_s)
+                        unloaded.setdefault((body.name, target), []).append(run)
+                        done += 1
+                        print(  # noqa: T201
+                            f"[{done}/{total}] round {round_no + 1} {body.name:<17} "
+                            f"{target:<13} 1 connection: p50 {run.p50_ms:7.3f} ms",
+                            file=sys.stderr,
+                        )
 
         settle(pids)
         print("streaming: time to first event and gaps between events", file=sys.stderr)  # noqa: T201

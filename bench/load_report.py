@@ -311,7 +311,8 @@ def render(
             (
                 f"Throughput: wrk at {plan.connections} connections (median of rounds). Added "
                 f"latency: median (p50) latency over 1 connection (`wrk -c1`, "
-                f"{plan.unloaded_s} s per cell, interleaved), proxy minus direct."
+                f"the median of {plan.rounds * plan.unloaded_cells} cells of "
+                f"{plan.unloaded_s} s, interleaved), proxy minus direct."
             ),
             "",
             table(
