@@ -147,21 +147,23 @@ class ResponseTap:
         the deltas) is passed over with one search, no copy kept and no coroutine made."""
         if self.recorded:
             return None
-        if (
-            self.passes_over
-            and not self.pending
-            and chunk.endswith(b"\n\n")
-            and not self._may_decode(chunk)
-        ):
-            return None
+        if self.passes_over and not self.pending and chunk.endswith(b"\n\n"):
+            first = self._decoded_from(chunk)
+            if first < 0:
+                return None
+            # The events before `first` are not searched again.
+            return self._feed(chunk, first)
         return self._feed(chunk)
 
-    def _may_decode(self, events: bytes) -> bool:
-        """Whether whole events may hold one the tap decodes: one holds the type of an event
-        `event` reads (this runs for every chunk of a stream: one search, `_MARKER`)."""
-        return _MARKER.search(events) is not None
+    def _decoded_from(self, events: bytes) -> int:
+        """Where in whole events the first one the tap decodes may be (a marker of a type
+        `event` reads), -1 when none is (this runs for every chunk of a stream: one search,
+        `_MARKER`)."""
+        found = _MARKER.search(events)
+        return -1 if found is None else found.start()
 
-    async def _feed(self, chunk: bytes) -> None:
+    async def _feed(self, chunk: bytes, first: int = 0) -> None:
+        """`chunk`, the first that may matter at `first` (when nothing was pending)."""
         self.received += len(chunk)
         if not self.sse and not self.pending and len(chunk) == self.expected:
             self.recorded = True  # the whole body in one chunk, as small answers come
@@ -175,7 +177,7 @@ class ResponseTap:
             return
         self.pending += chunk
         if self.sse:
-            await self._events()
+            await self._events(first)
         elif len(self.pending) > self.limit:
             self.recorded = True  # too large to keep a copy of; it goes by unrecorded
             self.pending.clear()
@@ -242,7 +244,9 @@ class ResponseTap:
         self.recorded = True
         self.pending.clear()
 
-    async def _events(self) -> None:
+    async def _events(self, first: int = 0) -> None:
+        """The whole events pending, those that may matter from `first` on (a search of
+        `feed`'s found no marker before it), read; the last one, not whole yet, kept."""
         pending = self.pending
         start = 0
         if pending.find(b"\r") >= 0:
@@ -255,7 +259,8 @@ class ResponseTap:
             # their markers, and the rest (the deltas) are never looked at one by one; the
             # buffer is read once, whatever the number of events it holds.
             search = _MARKER.search
-            while (found := search(pending, start)) is not None:
+            found = search(pending, first)
+            while found is not None:
                 at = found.start()
                 begin = pending.rfind(b"\n\n", start, at)
                 begin = start if begin < 0 else begin + 2
@@ -265,6 +270,7 @@ class ResponseTap:
                     break
                 await self._event(event_data(pending[begin:end]))
                 start = end + 2
+                found = search(pending, start)
             else:
                 # No event that matters is whole: drop every whole one, keep the last, partial
                 # one (a marker may yet arrive in it).
@@ -385,13 +391,15 @@ class ChatTap(ResponseTap):
     ended is cut). Past `limit` characters of arguments, it goes by unrecorded.
     """
 
-    def _may_decode(self, events: bytes) -> bool:
-        """Whether whole events may end the stream or a choice, or carry a call."""
-        return (
+    def _decoded_from(self, events: bytes) -> int:
+        """0 when whole events may end the stream or a choice, or carry a call (they are read
+        one by one), else -1."""
+        may = (
             events.find(b"[DONE]") >= 0
             or events.find(b"tool_calls") >= 0
             or (events.find(b'"finish_reason"') >= 0 and _FINISHED.search(events) is not None)
         )
+        return 0 if may else -1
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -427,7 +435,7 @@ class ChatTap(ResponseTap):
         if completion is not None:
             await self._record_completion(completion)
 
-    async def _events(self) -> None:
+    async def _events(self, first: int = 0) -> None:
         pending = self.pending
         for block in take_events(pending):
             if block.find(b"[DONE]") >= 0 and event_data(block).strip() == b"[DONE]":
