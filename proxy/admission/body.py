@@ -180,18 +180,19 @@ _WRITTEN_BYTES = 8192
 def _has_infinity(decoded: bytes, value: Any) -> bool:
     """Whether jiter read a number of `decoded` (its `value`) as an infinity.
 
-    orjson writes an infinity as `null`, and writes again every `null` of the bytes read: a
-    literal one, or one in a string (its letters are never escaped; a newline escaped before
-    `ull` is escaped again alike). So the written value holds at least as many `null`s as the
-    bytes, one more for each infinity, and as many only if there is none. More is a string
-    escaped differently, or an infinity: the walk decides.
+    orjson writes an infinity as `null`, where the bytes read hold a number: bytes written
+    alike (compact JSON, as most clients send it) hold none. Else, orjson writes again every
+    `null` of the bytes read: a literal one, or one in a string (its letters are never
+    escaped; a newline escaped before `ull` is escaped again alike). So the written value holds
+    at least as many `null`s as the bytes, one more for each infinity, and as many only if
+    there is none. More is a string escaped differently, or an infinity: the walk decides.
     """
     if len(decoded) <= _WRITTEN_BYTES:
         try:
             written = orjson.dumps(value)
         except orjson.JSONEncodeError:  # an integer beyond 64 bits
             return _walk(value)
-        if written.count(b"null") == decoded.count(b"null"):
+        if written == decoded or written.count(b"null") == decoded.count(b"null"):
             return False
     return _walk(value)
 

@@ -64,22 +64,23 @@ def _kept(
 def tools_key(tools: Sequence[tuple[str, Any]]) -> str:
     """The hash a set of function tools is stored under, once for every response it made.
 
-    A client sends the same tools every turn: orjson's sorted JSON of them (some 15 times
-    quicker than the stdlib's) finds the hash made before. The hash itself stays the stdlib's,
-    as every stored recording has it.
+    A client sends the same tools every turn, in the same order: orjson's JSON of them (some
+    15 times quicker than the stdlib's; unsorted, a third quicker again) finds the hash made
+    before. The hash itself stays the stdlib's of the tools sorted, as every stored recording
+    has it: the same tools written in another order are hashed alike.
     """
     try:
-        sorted_json = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+        written = orjson.dumps(tools)
     except orjson.JSONEncodeError:  # an integer beyond 64 bits
         return _hashed(tools)
-    return _tools_key_of(sorted_json)
+    return _tools_key_of(written)
 
 
 @functools.lru_cache(maxsize=256)
-def _tools_key_of(sorted_json: bytes) -> str:
+def _tools_key_of(written: bytes) -> str:
     # The tools read back are the same values (a body's numbers are never infinite: the
     # reader refuses them), so this is the hash of the tools themselves.
-    return _hashed(json.loads(sorted_json))
+    return _hashed(json.loads(written))
 
 
 def _hashed(tools: Any) -> str:
