@@ -204,7 +204,7 @@ def main() -> int:
     before, after = names
     print(  # noqa: T201
         f"wrk -c{CONNECTIONS} -d{DURATION_S}s, {args.rounds} rounds, medians; "
-        f"other processes took {cores:.2f} cores on average; audit records written: "
+        f"others took {cores:.2f} cores on average; audit records written: "
         f"{before} {records[0]}, {after} {records[1]}"
     )
     print(  # noqa: T201

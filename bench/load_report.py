@@ -210,8 +210,9 @@ def render(
     others_mean = sum(r.others_cores for r in all_runs) / len(all_runs)
     others_max = max(r.others_cores for r in all_runs)
     others_note = (
-        f"Other processes on the machine took {others_mean:.2f} cores on average during the "
-        f"wrk runs (at most {others_max:.2f} in one run). A run during which they took more "
+        f"Others (other processes on the machine, the host's other guests: its steal time) "
+        f"took {others_mean:.2f} cores on average during the wrk runs (at most "
+        f"{others_max:.2f} in one run). A run during which they took more "
         f"than {plan.disturbed_cores:g} cores is *disturbed*: it was run again once they were "
         f"quiet (for up to {plan.retry_s:g} s of re-runs in all), and a cell's medians are of "
         "its undisturbed rounds; † marks a cell whose every round was disturbed."
@@ -336,7 +337,7 @@ def render(
                 f"An aiohttp client, one request at a time, targets interleaved; the upstream "
                 f"sends {len(SSE_EVENTS)} SSE events {plan.stream_gap_ms:g} ms apart. *first "
                 f"event* is from sending the request to the first `data:` line; gaps are between "
-                f"consecutive `data:` lines. Other processes took {stream_others_cores:.2f} cores "
+                f"consecutive `data:` lines. Others took {stream_others_cores:.2f} cores "
                 f"meanwhile."
             ),
             "",

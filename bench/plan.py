@@ -27,7 +27,8 @@ class Plan:
     retry_s: float  # time that re-running cells a neighbour disturbed may take, at most
     open_streams: int = 1000  # SSE streams held open at once to see what they cost in memory
 
-    # A run during which other processes took more than this many cores is re-run once.
+    # A run during which others (other processes, the host's other guests) took more than
+    # this many cores is re-run once.
     disturbed_cores: float = 0.25
 
     def duration(self, body: Body) -> int:

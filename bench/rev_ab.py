@@ -104,7 +104,7 @@ def main() -> int:
         cores = others.cores()
     print(  # noqa: T201
         f"wrk -c{CONNECTIONS} -d{DURATION_S}s, {args.rounds} rounds, medians of CPU µs per "
-        f"request; other processes took {cores:.2f} cores on average"
+        f"request; others took {cores:.2f} cores on average"
     )
     first = names[1]
     print(  # noqa: T201
