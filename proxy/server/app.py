@@ -79,8 +79,9 @@ def answer_failure(request: web.Request, exc: Exception) -> web.StreamResponse:
     id, its traceback in the log. After an answer has begun, none can follow: the connection
     is cut instead."""
     request_id = request[REQUEST_ID]
-    if isinstance(exc, targets.TargetError):
-        # The metrics looked up only now: on every request it is two aiohttp properties more.
+    if isinstance(exc, targets.TargetError) and TARGET not in request:
+        # The target could not be read (once read, a TargetError is a bug's, a 500). The
+        # metrics looked up only now: on every request it is two aiohttp properties more.
         failure = refused_target(exc, request.app[METRICS])
     elif isinstance(exc, ProxyError):
         failure = exc

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.admission.targets import TargetError
 from proxy.state import audit
 from proxy.state.audit import AuditLog
 from proxy.state.stores import MemoryStore
@@ -39,6 +40,12 @@ class Bug(Exception):
 
 def raise_bug(*args: Any, **kwargs: Any) -> Any:
     raise Bug("a bug")
+
+
+def misread_target(*args: Any, **kwargs: Any) -> Any:
+    # A bug that raises what a request target the proxy cannot read raises: still a bug (500),
+    # not the client's target (400).
+    raise TargetError("a bug")
 
 
 def disk_full(*args: Any, **kwargs: Any) -> Any:
@@ -87,6 +94,19 @@ FAULTS = [
     pytest.param(
         Fault(audit, "tenant_of", raise_bug, "GET", "/v1/models", None, Bug, {}),
         id="pass-through-tenant",
+    ),
+    pytest.param(
+        Fault(
+            MemoryStore,
+            "chain",
+            misread_target,
+            "POST",
+            "/v1/responses",
+            FOLLOW_UP,
+            TargetError,
+            {},
+        ),
+        id="target-error-in-a-handler",
     ),
 ]
 
