@@ -328,13 +328,26 @@ async def _shortcut(
         return None
     bounds = caches.bounds
     limits = dialect.call_limits(policy.vendor)
-    judged = await _inspect(seen.body, policy, None, metrics, caches.of(policy), bounds, limits)
+    # Its tools read once, as `admit` reads them: the gate declares them, the record keeps them.
+    offered = items.tool_schemas(extended.get("tools"))
+    judged = await _inspect(
+        seen.body,
+        policy,
+        None,
+        metrics,
+        caches.of(policy),
+        bounds,
+        limits,
+        offered if seen.body is extended else None,
+    )
     if judged.findings or judged.outcome is not Outcome.FORWARD:
         return None
     recorded = NO_CONTEXT
     if dialect.records:
         compacts = dialect.compacts(request.path)
-        recorded = context_of(extended, judged, None, compacts=compacts, dialect=dialect)
+        recorded = context_of(
+            extended, judged, None, compacts=compacts, dialect=dialect, offered=offered
+        )
         if verified.calls:
             recorded = replace(recorded, items=(*verified.calls, *recorded.items))
     held = prefixes.Verified(
