@@ -1,9 +1,9 @@
 """Instructions per turn of an agent session: the pass-through, the floor and replay-proxy,
 each counted by callgrind (issue 26).
 
-Run from the repository root: `python bench/session.py [--turns N] [--base REV] [--tree DIR]...
-[--keep DIR]` (needs valgrind; a few minutes at 200 turns). Two sessions, each a request per
-turn sent one at a time over one keep-alive connection:
+Run from the repository root: `python bench/session.py [--turns N] [--chat] [--base REV]
+[--tree DIR]... [--keep DIR]` (needs valgrind; a few minutes at 200 turns). Two sessions, each
+a request per turn sent one at a time over one keep-alive connection:
 
 - *stateless*: every turn re-sends the whole history with one more function call and its
   output (`workload.iter_pairs`, as most clients and Codex with `store: false` do): turn t
@@ -12,6 +12,11 @@ turn sent one at a time over one keep-alive connection:
 - *previous_response_id*: each turn names the response before it and answers the call that
   response emitted (the stub upstream's `x-bench-call: ok`); its cost should not grow.
   Counted alone at turns N/4 and N.
+
+With `--chat` the stateless session is sent as Chat Completions requests (the same history as
+messages: each call an assistant message's `tool_calls`, each output a `role: "tool"` message,
+`workload.chat_body`), and there is no previous_response_id session (the API has none). The
+floor parses such a body and judges nothing in it (it reads `input` alone).
 
 Each server runs under `valgrind --tool=callgrind` (`callgrind.py`), counting from when it
 listens; a short warm-up session of its own (other arguments, other call ids) comes first. The
@@ -39,7 +44,17 @@ from callgrind import FLOOR, PASS, Counted, counted_server, served_commands
 from host import describe
 from servers import started_stub
 from trees import source_trees
-from workload import HEADERS, MODEL, PATH, TOOLS, encode, iter_pairs, request_body
+from workload import (
+    CHAT_PATH,
+    HEADERS,
+    MODEL,
+    PATH,
+    TOOLS,
+    chat_body,
+    encode,
+    iter_pairs,
+    request_body,
+)
 
 WARM_TURNS = 5
 STATELESS = "stateless"
@@ -71,8 +86,8 @@ class Client:
             return None
         return found["sessions"], found["bytes"]
 
-    def post(self, data: bytes, extra: dict[str, str] | None = None) -> bytes:
-        self.connection.request("POST", PATH, data, HEADERS | (extra or {}))
+    def post(self, data: bytes, extra: dict[str, str] | None = None, path: str = PATH) -> bytes:
+        self.connection.request("POST", path, data, HEADERS | (extra or {}))
         answer = self.connection.getresponse()
         body = answer.read()
         if answer.status != 200:
@@ -80,9 +95,12 @@ class Client:
         return body
 
 
-def stateless_turns(turns: int, first: int = 0) -> Callable[[int], bytes]:
-    """Turn t's request of a stateless session: the first t pairs of its history."""
+def stateless_turns(turns: int, first: int = 0, chat: bool = False) -> Callable[[int], bytes]:
+    """Turn t's request of a stateless session: the first t pairs of its history (as Chat
+    Completions messages when `chat`)."""
     pairs = iter_pairs(turns, seed=first + 5, first=first)
+    if chat:
+        return lambda t: encode(chat_body(pairs[:t]))
     return lambda t: encode(request_body(pairs[:t]))
 
 
@@ -100,22 +118,28 @@ def chained_turn(answer: bytes | None) -> bytes:
 
 
 def run_stateless(
-    server: Counted, client: Client, turns: int, marks: list[int], keep: Path | None
+    server: Counted,
+    client: Client,
+    turns: int,
+    marks: list[int],
+    keep: Path | None,
+    chat: bool = False,
 ) -> dict[str, float]:
     """Instructions of each marked turn alone, and of the whole session (`total`)."""
-    turn = stateless_turns(turns)
+    turn = stateless_turns(turns, chat=chat)
+    path = CHAT_PATH if chat else PATH
     counted: dict[str, float] = {"total": 0.0}
     server.zero()
     for t in range(1, turns + 1):
         if t in marks:
             counted["total"] += server.dump()  # the turns before, since the last dump
-            client.post(turn(t))
+            client.post(turn(t), path=path)
             counted[str(t)] = server.dump()
             counted["total"] += counted[str(t)]
             if keep is not None and t == marks[-1]:
                 shutil.copy(server.last, keep / f"{server.server.name.replace(' ', '-')}.out")
         else:
-            client.post(turn(t))
+            client.post(turn(t), path=path)
     counted["total"] += server.dump()
     return counted
 
@@ -135,11 +159,11 @@ def run_chained(server: Counted, client: Client, turns: int, marks: list[int]) -
     return counted
 
 
-def warm_up(client: Client) -> None:
+def warm_up(client: Client, chat: bool = False) -> None:
     """A short session of each kind whose arguments and call ids the counted ones never use."""
-    turn = stateless_turns(WARM_TURNS, first=100_000)
+    turn = stateless_turns(WARM_TURNS, first=100_000, chat=chat)
     for t in range(1, WARM_TURNS + 1):
-        client.post(turn(t))
+        client.post(turn(t), path=CHAT_PATH if chat else PATH)
     answer = None
     for _ in range(WARM_TURNS):
         answer = client.post(chained_turn(answer), {"x-bench-call": "ok"})
@@ -153,10 +177,13 @@ def main() -> int:
         "--tree", action="append", default=[], help="a directory holding a proxy package"
     )
     parser.add_argument("--keep", type=Path, default=None, help="keep the late turns' dumps here")
+    parser.add_argument(
+        "--chat", action="store_true", help="a stateless Chat Completions session alone"
+    )
     args = parser.parse_args()
     turns = max(4, args.turns)
     marks = sorted({1, *(turns * k // 4 for k in range(1, 5))})
-    chained_marks = [turns // 4, turns]
+    chained_marks = [] if args.chat else [turns // 4, turns]
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     results: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
@@ -169,14 +196,15 @@ def main() -> int:
         for name, (argv, env) in served_commands(tmp, stub.url, trees).items():
             with counted_server(name, argv, tmp, log, env) as server:
                 client = Client(server.server.port, name)
-                warm_up(client)
-                stateless = run_stateless(server, client, turns, marks, args.keep)
+                warm_up(client, args.chat)
+                stateless = run_stateless(server, client, turns, marks, args.keep, args.chat)
                 # Read after the stateless session (the warm-up's is held too): what the proxy
                 # holds to recognise a session's prefix.
                 held[name] = client.held() if name not in (PASS, FLOOR) else None
-                results[name] = (stateless, run_chained(server, client, turns, chained_marks))
+                chained = {} if args.chat else run_chained(server, client, turns, chained_marks)
+                results[name] = (stateless, chained)
                 client.connection.close()
-    report(results, turns, marks, chained_marks)
+    report(results, turns, marks, chained_marks, args.chat)
     for name, found in held.items():
         if found is not None:
             sessions, size = found
@@ -194,11 +222,13 @@ def report(
     turns: int,
     marks: list[int],
     chained_marks: list[int],
+    chat: bool = False,
 ) -> None:
     names = list(results)
     proxies = [n for n in names if n not in (PASS, FLOOR)]
     out = [f"{describe()}; {turns} turns per session; thousands of user-space instructions"]
-    out += ["", "Stateless session (turn t re-sends t pairs):", ""]
+    sent = ", as Chat Completions messages" if chat else ""
+    out += ["", f"Stateless session (turn t re-sends t pairs{sent}):", ""]
     out += [f"| turn | {' | '.join(names)} | " + " | ".join(f"{n} / pass" for n in proxies) + " |"]
     out += ["| :--- |" + " ---: |" * (len(names) + len(proxies))]
     for mark in [*map(str, marks), "total"]:
@@ -206,8 +236,9 @@ def report(
         cells = [f"{of[n] / 1e3:,.0f}" for n in names]
         cells += [f"{of[n] / of[PASS]:.2f}x" for n in proxies]
         out.append(f"| {mark} | " + " | ".join(cells) + " |")
-    out += ["", f"{CHAINED} session (each turn names the previous response):", ""]
-    out += [f"| turn | {' | '.join(names)} |", "| :--- |" + " ---: |" * len(names)]
+    if chained_marks:
+        out += ["", f"{CHAINED} session (each turn names the previous response):", ""]
+        out += [f"| turn | {' | '.join(names)} |", "| :--- |" + " ---: |" * len(names)]
     for mark in map(str, chained_marks):
         out.append(
             f"| {mark} | " + " | ".join(f"{results[n][1][mark] / 1e3:,.0f}" for n in names) + " |"
@@ -218,7 +249,6 @@ def report(
         "| :--- | ---: |" + " ---: |" * len(proxies),
     ]
     first, last = str(marks[0]), str(marks[-1])
-    c0, c1 = map(str, chained_marks)
     rows: list[tuple[str, str, Callable[[str], str]]] = [
         (
             f"stateless: turn {last} / turn {first}",
@@ -230,12 +260,16 @@ def report(
             f"≤ {TOTAL_G:g} G (200 turns)",
             lambda n: f"{results[n][0]['total'] / 1e9:.3f} G",
         ),
-        (
-            f"{CHAINED}: turn {c1} / turn {c0}",
-            f"≤ {CHAINED_FLAT:g}x",
-            lambda n: f"{results[n][1][c1] / results[n][1][c0]:.2f}x",
-        ),
     ]
+    if chained_marks:
+        c0, c1 = map(str, chained_marks)
+        rows.append(
+            (
+                f"{CHAINED}: turn {c1} / turn {c0}",
+                f"≤ {CHAINED_FLAT:g}x",
+                lambda n: f"{results[n][1][c1] / results[n][1][c0]:.2f}x",
+            )
+        )
     for label, goal, value in rows:
         out.append(f"| {label} | {goal} | " + " | ".join(value(n) for n in proxies) + " |")
     print("\n".join(out))  # noqa: T201

@@ -161,7 +161,9 @@ async def admit(
         decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
         if sessions is not None:
             # A session's history passed already: only what follows it is read and judged.
-            shortcut = await _shortcut(request, config, decoded, sessions, metrics, started)
+            shortcut = await _shortcut(
+                request, config, decoded, sessions, ledger, metrics, label, started
+            )
             if shortcut is not None:
                 return shortcut
         parsed = dialect.parse(decoded)
@@ -178,10 +180,7 @@ async def admit(
         await dialect.load(parsed)
         parsed, seen, view, changed = await _continued(request, config, routed, parsed, ledger)
     except LedgerFault:
-        # The proxy's fault, not the request's: a 503 the SDKs retry, never an `orphan`.
-        metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream, dialect.label)
-        failure = LEDGER_UNAVAILABLE
-        return Answer(failure.status, dialect.unavailable(failure), failure.headers)
+        return _unavailable(dialect, metrics, label, upstream)
     except ProxyError as exc:
         metrics.count(label, Outcome.INVALID, upstream, dialect.label)
         return answer_to(exc)
@@ -255,10 +254,10 @@ async def admit(
         and outcome is Outcome.FORWARD
         and not verdict.findings
         and not changed
-        and view is None
+        and (view is None or view.calls_alone is not None)
         and not config.ledger.whole_items
     ):
-        _remember(request, sessions.prefixes, decoded, parsed, seen, recorded, routed)
+        _remember(request, sessions.prefixes, decoded, parsed, seen, recorded, routed, view)
     return Forward(
         data,
         _DECODED,
@@ -271,6 +270,14 @@ async def admit(
         policy=policy,
         bounds=bounds,
     )
+
+
+def _unavailable(dialect: Dialect, metrics: Metrics, label: str, upstream: str) -> Answer:
+    """The ledger could not be read: the proxy's fault, not the request's, so a 503 the SDKs
+    retry, never an `orphan`."""
+    metrics.count(label, Outcome.LEDGER_UNAVAILABLE, upstream, dialect.label)
+    failure = LEDGER_UNAVAILABLE
+    return Answer(failure.status, dialect.unavailable(failure), failure.headers)
 
 
 def _makes_response(request: Request, fields: Mapping[str, Any]) -> bool:
@@ -287,14 +294,18 @@ async def _shortcut(
     config: Config,
     decoded: bytes,
     caches: RouteCaches,
+    ledger: Ledger,
     metrics: Metrics,
+    label: str,
     started: float,
-) -> Forward | None:
+) -> Forward | Answer | None:
     """What to forward when `decoded` extends a body of its session that passed clean (see
     `prefixes`): its new items read strictly and judged with the body's other members, which
     are those already read. None, to read it in full, whenever that judgement could differ from
     the full one's: a new item paired or told apart by an id of the prefix's, of a kind whose
-    verdict reaches across the body, or with a finding; another route; the ledger asked."""
+    verdict reaches across the body, or with a finding; another route; a response or an item
+    named in the ledger; the ledger holding other than it held of the prefix's calls when they
+    were judged. The 503 when the ledger cannot be read."""
     dialect = request.dialect
     key = prefixes.ITEMS_KEY.get(dialect)
     if key is None or config.ledger.whole_items:
@@ -324,8 +335,26 @@ async def _shortcut(
     keys = prefixes.keys_of(seen.body)
     if keys is None or not keys.isdisjoint(verified.keys):
         return None
-    if Wanted.of(seen.body, provenance=policy.require_provenance) is not None:
-        return None
+    view: LedgerView | None = None
+    asked = verified.asked
+    wanted = Wanted.of(seen.body, provenance=policy.require_provenance)
+    if wanted is not None or asked:
+        # Calls replayed without a status (every call, under provenance) are judged by what
+        # the ledger holds of them: the prefix's verdict stands while it holds the same.
+        if wanted is not None:
+            if wanted.previous is not None or wanted.reference_ids:
+                return None
+            asked = (*asked, *wanted.call_ids)
+        try:
+            view = await ledger.read(
+                tenant, seen.body, Wanted(None, [], list(asked)), routed.upstream
+            )
+        except LedgerFault:
+            return _unavailable(dialect, metrics, label, routed.upstream)
+        emitted = view.emitted_calls
+        if {k: emitted[k] for k in verified.asked if k in emitted} != verified.emitted:
+            return None
+        seen.settle(view)
     bounds = caches.bounds
     limits = dialect.call_limits(policy.vendor)
     # Its tools read once, as `admit` reads them: the gate declares them, the record keeps them.
@@ -333,7 +362,7 @@ async def _shortcut(
     judged = await _inspect(
         seen.body,
         policy,
-        None,
+        view,
         metrics,
         caches.of(policy),
         bounds,
@@ -346,7 +375,7 @@ async def _shortcut(
     if dialect.records:
         compacts = dialect.compacts(request.path)
         recorded = context_of(
-            extended, judged, None, compacts=compacts, dialect=dialect, offered=offered
+            extended, judged, view, compacts=compacts, dialect=dialect, offered=offered
         )
         if verified.calls:
             recorded = replace(recorded, items=(*verified.calls, *recorded.items))
@@ -359,6 +388,8 @@ async def _shortcut(
         recorded.items,
         routed.upstream,
         policy,
+        asked,
+        {} if view is None else dict(view.emitted_calls),
     )
     caches.prefixes.remember(tenant, request.path, held, found.serial)
     metrics.gate_seconds.observe(time.perf_counter() - started)
@@ -383,9 +414,11 @@ def _remember(
     seen: View,
     recorded: Context,
     routed: Routed,
+    view: LedgerView | None,
 ) -> None:
-    """Hold a body read in full that passed clean, for the next turn of its session to extend;
-    not one whose items reach across the body, or that is too short to be worth it."""
+    """Hold a body read in full that passed clean, for the next turn of its session to extend
+    (with what the ledger held of its calls, `view`, when it was asked about calls alone); not
+    one whose items reach across the body, or that is too short to be worth it."""
     key = prefixes.ITEMS_KEY.get(request.dialect)
     if key is None or len(decoded) <= prefixes.ANCHOR or not isinstance(parsed.get(key), list):
         return
@@ -396,8 +429,20 @@ def _remember(
     if located is None:
         return
     fields = {k: v for k, v in parsed.items() if k != key}
+    asked: tuple[str, ...] = ()
+    emitted: Mapping[str, Any] = {}
+    if view is not None and view.calls_alone is not None:
+        asked, emitted = view.calls_alone, dict(view.emitted_calls)
     verified = prefixes.Verified(
-        decoded, *located, fields, keys, recorded.items, routed.upstream, routed.policy
+        decoded,
+        *located,
+        fields,
+        keys,
+        recorded.items,
+        routed.upstream,
+        routed.policy,
+        asked,
+        emitted,
     )
     held.remember(ledger_key(request.tenant), request.path, verified, None)
 

@@ -2,15 +2,20 @@
 read and judged only past them.
 
 A stateless client re-sends its whole conversation every turn, one more call and its output at
-the end of the items array. Once a body was read in full and passed clean (no finding, the
-ledger not asked), the proxy holds its bytes. A later body of the same tenant and gated path
+the end of the items array. Once a body was read in full and passed clean (no finding; the ledger
+asked at most about calls, never about a response or an item), the proxy holds its bytes, and
+what the ledger held of those calls. A later body of the same tenant and gated path
 that starts with those bytes up to the end of their last item, and ends with the same bytes from
 the array's `]` on (every other top-level member unchanged, byte for byte), differs only in the
 items between: those alone are parsed (strictly, as `[` + them + `]`: the whole body is then a
 valid JSON document, its top-level keys those of the body already read) and judged, with the
 body's other members, in `pipeline`. Anything else is read in full: no prefix held, a byte
 differing anywhere before the cut or in the tail, a new item that shares a call id with the
-prefix, an item of a kind whose verdict reaches across the body, a finding.
+prefix, an item of a kind whose verdict reaches across the body, a finding, the ledger holding
+other than it held of the prefix's calls (a call replayed without its status, as every Chat
+Completions call is, is judged by the status the proxy relayed it with; under provenance,
+every call by whether it was relayed at all: the ledger is asked about those each turn, and
+the prefix's verdicts stand only while its answer for them is the same).
 
 What it holds is bounded: at most `limits.max_prefix_sessions` bodies, each at most
 `limits.max_prefix_bytes` (0: nothing is held, every body is read in full), the least recently
@@ -24,7 +29,7 @@ import json
 from bisect import bisect_left, insort
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jiter
@@ -72,6 +77,11 @@ class Verified:
     calls: tuple[dict[str, Any], ...]  # what its items add to the context recorded
     upstream: str
     policy: Policy
+    # The calls it asked the ledger about (replayed without a status, or every one under
+    # provenance) and what the ledger held of them then (`LedgerView.emitted_calls`): its
+    # verdict stands for a later body only while the ledger holds the same.
+    asked: tuple[str, ...] = ()
+    emitted: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def held(self) -> int:

@@ -102,10 +102,12 @@ DETAILS: dict[str, str] = {
     "limits.max_violations": "`fail` entries listed per finding and per failure record; the "
     "rest are counted in `fail_omitted`",
     "limits.max_prefix_bytes": "a stateless client re-sends its whole history every turn: the "
-    "last body of a session the gate passed clean (no finding, no ledger read) is held, and a "
-    "body of the same tenant and path that begins with it byte for byte up to its last item, "
-    "and ends with the same members after its items, has only its new items parsed and "
-    "judged (see [Performance](performance.md)). At most this many bytes held per session: a "
+    "last body of a session the gate passed clean (no finding; the ledger asked about its "
+    "calls at most, never about a response or an item) is held, and a body of the same tenant "
+    "and path that begins with it byte for byte up to its last item, and ends with the same "
+    "members after its items, has only its new items parsed and judged, while the ledger holds "
+    "what it held of the held body's calls (see [Performance](performance.md)). At most this "
+    "many bytes held per session: a "
     "longer body is always read in full; `0` holds none",
     "limits.max_prefix_sessions": "how many such sessions are held at once (each at most "
     "`limits.max_prefix_bytes`), the least recently matched dropped first; the bytes held are "

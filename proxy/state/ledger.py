@@ -140,8 +140,16 @@ class Ledger:
         wanted = Wanted.of(body, provenance=provenance)
         if wanted is None:
             return None
+        return await self.read(tenant, body, wanted, upstream)
+
+    async def read(
+        self, tenant: str, body: Mapping[str, Any], wanted: Wanted, upstream: str | None = None
+    ) -> LedgerView:
+        """`view` of what `body` wants (`wanted`, its `Wanted` or more)."""
         previous = wanted.previous
         view = LedgerView()
+        if previous is None and not wanted.reference_ids:
+            view.calls_alone = tuple(wanted.call_ids)
         missing = False
         try:
             if previous is not None:

@@ -80,6 +80,9 @@ class LedgerView:
     origin: str | None = None
     # The mcp_list_tools items of the chain: the schemas its mcp_calls are judged by.
     listed_tools: list[Item] = field(default_factory=list)
+    # The call ids it was read for when the request named no response and no item: what the
+    # gate decides then depends on the ledger through `emitted_calls` alone. Else None.
+    calls_alone: tuple[str, ...] | None = None
 
     def calls(self, call_id: str) -> Sequence[Item]:
         return self.chain_calls.get(call_id, ())

@@ -3,8 +3,10 @@ is read and judged only past it, and what admission decides is always what a ful
 
 The property: over generated stateless sessions (new pairs, failing calls, orphans, outputs
 answering an old call, call ids reused, edits anywhere in the history, re-serialised histories,
-duplicate keys placed across the cut, top-level members moved around it), admission with the
-shortcut answers every turn exactly as admission that reads every body in full.
+duplicate keys placed across the cut, top-level members moved around it, calls replayed without
+their status and judged by what the ledger recorded of them, the ledger recording an old call
+again between turns), admission with the shortcut answers every turn exactly as admission that
+reads every body in full.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.admission import body, pipeline, prefixes
-from proxy.admission.dialect import OpenResponses
+from proxy.admission.chat import ChatCompletions
+from proxy.admission.completions import completion_of
+from proxy.admission.dialect import OpenResponses, dialect_of
 from proxy.admission.routing import RouteCaches
-from proxy.config import Config
+from proxy.admission.tenants import ledger_key
+from proxy.config import DEFAULT_UPSTREAM, Config
 from proxy.running.config_file import parse_config
 from proxy.state.audit import AuditLog
-from proxy.state.ledger import Ledger
+from proxy.state.ledger import Ledger, LedgerFault
 from proxy.state.metrics import Metrics
 from proxy.state.stores import MemoryStore
 from tests.builders import SALES_SCHEMA, SALES_TOOL, USER, sales_call, sales_output
@@ -68,8 +73,9 @@ def wire(
 class Admission:
     """Admission under one config, with its caches (and so its held prefixes) kept."""
 
-    def __init__(self, config: Config, tmp: Path, name: str) -> None:
+    def __init__(self, config: Config, tmp: Path, name: str, path: str = "/v1/responses") -> None:
         self.config = config
+        self.path = path
         self.caches = RouteCaches(config)
         self.ledger = Ledger(
             MemoryStore(max_responses=100, ttl_s=600), max_chain=8, fail_open=False
@@ -78,7 +84,8 @@ class Admission:
         self.metrics = Metrics()
 
     async def admit(self, raw: bytes, request_id: str) -> tuple[Any, ...]:
-        request = pipeline.Request(raw, "/v1/responses", "http", request_id, "t_alice")
+        dialect = dialect_of(self.path)
+        request = pipeline.Request(raw, self.path, "http", request_id, TENANT, dialect=dialect)
         decided = await pipeline.admit(
             request,
             self.config,
@@ -141,11 +148,32 @@ STEPS = (
     "not JSON after the cut",
     "item reference",
     "same body again",
+    "pair without status",
+    "recorded pair without status",
+    "old call recorded again",
 )
+TENANT = "t_alice"
 
 
-def iter_turns(draw: Any) -> Iterator[bytes]:
-    """The bodies of one generated session, turn after turn."""
+@dataclass(frozen=True)
+class Emitted:
+    """Between two turns: an upstream response emitting `call` is recorded for the tenant."""
+
+    call: dict[str, Any]
+    serial: str
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return {"object": "response", "id": f"resp_{self.serial}", "output": [self.call]}
+
+
+def without_status(call: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in call.items() if k != "status"}
+
+
+def iter_turns(draw: Any) -> Iterator[bytes | Emitted]:
+    """The bodies of one generated session, turn after turn, and what the ledger records
+    between them."""
     history: list[Any] = [USER]
     tools_first = draw(st.booleans())
     for serial in range(1, draw(st.integers(2, 7)) + 1):
@@ -215,6 +243,20 @@ def iter_turns(draw: Any) -> Iterator[bytes]:
             raw += b',{"type":"message",]' + _tail(tools_first).encode()[1:] + b"}"
         elif step == "item reference":
             new = [{"type": "item_reference", "id": "msg_1"}]
+        elif step in ("pair without status", "recorded pair without status"):
+            if step.startswith("recorded"):
+                status = draw(st.sampled_from(["completed", "incomplete"]))
+                yield Emitted(sales_call(fresh, status=status), fresh)
+            new = [without_status(sales_call(fresh)), sales_output(fresh)]
+        elif step == "old call recorded again":
+            calls = [i for i in history if isinstance(i, dict) and i.get("type") == "function_call"]
+            # Most often one replayed without its status: the ledger decides its verdict.
+            unsettled = [c for c in calls if "status" not in c]
+            calls = unsettled if unsettled and draw(st.booleans()) else calls
+            if calls:
+                status = draw(st.sampled_from(["completed", "incomplete"]))
+                yield Emitted({**draw(st.sampled_from(calls)), "status": status}, f"{fresh}_again")
+            new = [sales_call(fresh), sales_output(fresh)]
         yield raw if raw is not None else wire(history, new, **options)
         if raw is None and not {"between", "tail", "tools"} & options.keys():
             history += new
@@ -224,25 +266,201 @@ def _tail(tools_first: bool) -> str:
     return "]" if tools_first else "]," + '"tools":' + json.dumps([SALES_TOOL], separators=COMPACT)
 
 
-@pytest.mark.parametrize("action", ["block", "strip"])
-@settings(
+# The generated sessions' examples: a session is a few turns, each admitted twice.
+GENERATED = settings(
     max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+def decide_alike(full: Admission, shortcut: Admission, turns: list[bytes | Emitted]) -> None:
+    """Each turn admitted by both, every answer the same; what the ledger records between two
+    turns recorded in both."""
+
+    async def session() -> None:
+        for n, turn in enumerate(turns):
+            if isinstance(turn, Emitted):
+                for admission in (full, shortcut):
+                    await admission.ledger.record(
+                        ledger_key(TENANT), turn.response, upstream=DEFAULT_UPSTREAM
+                    )
+                continue
+            expected = await full.admit(turn, f"req_{n}")
+            assert await shortcut.admit(turn, f"req_{n}") == expected, turn
+
+    asyncio.run(session())
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [{"action": "block"}, {"action": "strip"}, {"action": "strip", "require_provenance": True}],
+    ids=["block", "strip", "provenance"],
+)
+@GENERATED
 @given(data=st.data())
-def test_the_shortcut_decides_as_a_full_read(data: Any, action: str, tmp_path: Path) -> None:
-    gate = {"action": action}
+def test_the_shortcut_decides_as_a_full_read(
+    data: Any, gate: dict[str, Any], tmp_path: Path
+) -> None:
     shortcut = Admission(config_of(1 << 20, gate), tmp_path, "shortcut")
     full = Admission(config_of(0, gate), tmp_path, "full")
     turns = list(iter_turns(data.draw))
 
-    async def session() -> None:
-        for n, raw in enumerate(turns):
-            expected = await full.admit(raw, f"req_{n}")
-            assert await shortcut.admit(raw, f"req_{n}") == expected, raw
+    decide_alike(full, shortcut, turns)
 
-    asyncio.run(session())
+
+# -- Chat Completions: every call replayed without a status --------------------------------------
+
+CHAT = "/v1/chat/completions"
+CHAT_TOOLS = [
+    {"type": "function", "function": {k: v for k, v in SALES_TOOL.items() if k != "type"}}
+]
+CHAT_STEPS = (
+    "pair",
+    "pair",
+    "recorded pair",
+    "recorded pair",
+    "cut pair",
+    "failing pair",
+    "old call recorded again",
+    "old call cut again",
+    "orphan tool message",
+    "edit the history",
+    "message",
+)
+
+
+def chat_wire(messages: list[Any]) -> bytes:
+    head = [{"role": "system", "content": INSTRUCTIONS}]
+    return json.dumps(
+        {"model": "m", "messages": head + messages, "tools": CHAT_TOOLS}, separators=COMPACT
+    ).encode()
+
+
+def chat_call(call_id: str, region: str = "apac") -> dict[str, Any]:
+    arguments = json.dumps({"region": region})
+    function = {"name": "get_latest_sales_report", "arguments": arguments}
+    return {"id": call_id, "type": "function", "function": function}
+
+
+def chat_pair(call_id: str, region: str = "apac") -> list[Any]:
+    assistant = {"role": "assistant", "content": None, "tool_calls": [chat_call(call_id, region)]}
+    return [assistant, {"role": "tool", "tool_call_id": call_id, "content": "sales report"}]
+
+
+def chat_emitted(call: dict[str, Any], finish_reason: str, serial: str) -> Emitted:
+    """A completion relayed with `call` (cut when `finish_reason` is `length`), as recorded."""
+    message = {"role": "assistant", "tool_calls": [call]}
+    choice = {"message": message, "finish_reason": finish_reason}
+    answer = {"object": "chat.completion", "choices": [choice]}
+    completion = completion_of(answer)
+    assert completion is not None
+    return Emitted(completion.response["output"][0], serial)
+
+
+def iter_chat_turns(draw: Any) -> Iterator[bytes | Emitted]:
+    """A stateless Chat Completions session: every call a tool_calls entry (no status), judged
+    by what the ledger recorded of it (a completion cut short records it `incomplete`)."""
+    history: list[Any] = [{"role": "user", "content": "How did APAC do?"}]
+    for serial in range(1, draw(st.integers(2, 7)) + 1):
+        step = draw(st.sampled_from(CHAT_STEPS))
+        fresh = f"call_{serial}"
+        calls = [c for m in history if m.get("tool_calls") for c in m["tool_calls"]]
+        new: list[Any] = chat_pair(fresh)
+        if step in ("recorded pair", "cut pair"):
+            reason = "length" if step == "cut pair" else "tool_calls"
+            yield chat_emitted(chat_call(fresh), reason, fresh)
+        elif step == "failing pair":
+            new = chat_pair(fresh, "mars")
+        elif step in ("old call recorded again", "old call cut again") and calls:
+            reason = "length" if "cut" in step else "tool_calls"
+            yield chat_emitted(draw(st.sampled_from(calls)), reason, f"{fresh}_again")
+        elif step == "orphan tool message":
+            new = [{"role": "tool", "tool_call_id": fresh, "content": "no call"}]
+        elif step == "edit the history" and len(history) > 1:
+            at = draw(st.integers(1, len(history) - 1))
+            history[at] = {**history[at], "content": "edited"}
+        elif step == "message":
+            new = [{"role": "assistant", "content": "Looking."}]
+        yield chat_wire(history + new)
+        history += new
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [{"action": "block"}, {"action": "strip", "require_provenance": True}],
+    ids=["block", "provenance"],
+)
+@GENERATED
+@given(data=st.data())
+def test_a_chat_session_with_calls_decides_as_a_full_read(
+    data: Any, gate: dict[str, Any], tmp_path: Path
+) -> None:
+    shortcut = Admission(config_of(1 << 20, gate), tmp_path, "shortcut", CHAT)
+    full = Admission(config_of(0, gate), tmp_path, "full", CHAT)
+    turns = list(iter_chat_turns(data.draw))
+
+    decide_alike(full, shortcut, turns)
+
+
+def test_a_chat_session_with_calls_is_read_past_its_prefix_while_the_ledger_holds_the_same(
+    tmp_path: Path, reads: list[int]
+) -> None:
+    admission = Admission(config_of(1 << 20), tmp_path, "a", CHAT)
+    tenant = ledger_key(TENANT)
+    first = [{"role": "user", "content": "How did APAC do?"}, *chat_pair("call_1")]
+    turns = [chat_wire(first), chat_wire(first + chat_pair("call_2"))]
+    turns.append(chat_wire(first + chat_pair("call_2") + chat_pair("call_3")))
+
+    async def session() -> list[tuple[Any, ...]]:
+        await admission.ledger.record(
+            tenant, chat_emitted(chat_call("call_1"), "stop", "1").response
+        )
+        answers = [await admission.admit(turns[0], "r0"), await admission.admit(turns[1], "r1")]
+        # The ledger now holds call_1 relayed cut short too: the prefix's verdict no longer
+        # stands, the body is read in full and refused.
+        cut = chat_emitted(chat_call("call_1"), "length", "2")
+        await admission.ledger.record(tenant, cut.response)
+        return [*answers, await admission.admit(turns[2], "r2")]
+
+    answers = asyncio.run(session())
+    assert [a[:3] for a in answers[:2]] == [
+        ("forward", turns[0], "forward"),
+        ("forward", turns[1], "forward"),
+    ]
+    assert answers[2][:2] == ("answer", 400)
+    assert '"reason": "status"' in answers[2][2]
+    assert reads == [len(turns[0]), len(turns[2])]  # the second was read past its prefix
+
+
+class FallingStore(MemoryStore):
+    """A memory store whose reads fail once it is `down`, as Redis's do."""
+
+    down = False
+
+    async def lookup(self, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            raise LedgerFault("down")
+        return await super().lookup(*args, **kwargs)
+
+
+def test_a_ledger_down_when_a_prefix_asks_it_is_a_503_counted_once(tmp_path: Path) -> None:
+    admission = Admission(config_of(1 << 20), tmp_path, "a", CHAT)
+    store = FallingStore(max_responses=100, ttl_s=600)
+    admission.ledger = Ledger(store, max_chain=8, fail_open=False)
+    first = [{"role": "user", "content": "How did APAC do?"}, *chat_pair("call_1")]
+
+    async def session() -> list[tuple[Any, ...]]:
+        held = await admission.admit(chat_wire(first), "r0")
+        store.down = True
+        return [held, await admission.admit(chat_wire(first + chat_pair("call_2")), "r1")]
+
+    held, refused = asyncio.run(session())
+    assert held[0] == "forward"
+    assert admission.caches.prefixes.held()  # the next turn extends it, and asks the ledger
+    assert refused[:2] == ("answer", 503)
+    assert "ledger_unavailable" in refused[2]
+    assert admission.ledger.stats.faults == {"read": 1}
 
 
 # -- the shortcut taken, and not taken ---------------------------------------------------------
@@ -259,6 +477,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return parse(decoded)
 
     monkeypatch.setattr(OpenResponses, "parse", staticmethod(counted))
+    monkeypatch.setattr(ChatCompletions, "parse", staticmethod(counted))
     return sizes
 
 
