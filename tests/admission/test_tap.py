@@ -10,6 +10,8 @@ from typing import Any
 
 import brotli
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.admission.tap import ResponseTap, event_data
 from proxy.server.headers import readable_accept_encoding
@@ -171,3 +173,14 @@ def test_the_upstream_is_asked_only_for_codings_the_tap_reads(accept: str, asked
 def test_an_events_data_is_read_as_the_spec_reads_it(block: bytes, data: bytes) -> None:
     assert event_data(block) == data
     assert event_data(bytearray(block)) == data
+
+
+@given(
+    st.lists(st.sampled_from([b"data:", b"data: ", b"event: ", b"x", b" ", b"\n", b"\r", b"{}"]))
+)
+def test_the_usual_events_data_is_what_its_lines_say(parts: list[bytes]) -> None:
+    # The one-line shortcut decides as reading every line does (the spec's reading).
+    block = b"".join(parts)
+    lines = block.splitlines()
+    data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
+    assert event_data(block) == b"\n".join(data)
