@@ -85,8 +85,15 @@ class Verified:
 
     @property
     def held(self) -> int:
-        """The bytes held for it: the body's and its ids'."""
-        return len(self.data) + sum(len(k) for k in self.keys)
+        """The bytes held for it: the body's, its ids' and the arguments of the calls the
+        ledger said it relayed under them (each `emitted` entry is a name, arguments, status)."""
+        relayed = sum(
+            len(entry[1])
+            for entries in self.emitted.values()
+            for entry in entries
+            if isinstance(entry[1], str)
+        )
+        return len(self.data) + sum(len(k) for k in self.keys) + relayed
 
 
 @dataclass(frozen=True, slots=True)

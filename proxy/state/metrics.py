@@ -227,8 +227,9 @@ class Metrics:
         )
         self.prefix_bytes = Gauge(
             "replay_proxy_prefix_bytes",
-            "The bytes those sessions hold: their bodies and call ids (each at most "
-            "`limits.max_prefix_bytes`).",
+            "The bytes those sessions hold: their bodies (each at most "
+            "`limits.max_prefix_bytes`), call ids, and the arguments the ledger said it relayed "
+            "their calls with when it was asked.",
             multiprocess_mode="livesum",
             registry=self.registry,
         )

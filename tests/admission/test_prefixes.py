@@ -417,6 +417,9 @@ def test_a_chat_session_with_calls_is_read_past_its_prefix_while_the_ledger_hold
             tenant, chat_emitted(chat_call("call_1"), "stop", "1").response
         )
         answers = [await admission.admit(turns[0], "r0"), await admission.admit(turns[1], "r1")]
+        # Held: the body, its call ids, and the arguments the ledger relayed call_1 with.
+        relayed = len(chat_call("call_1")["function"]["arguments"])
+        assert admission.caches.prefixes.held() == [len(turns[1]) + len("call_1call_2") + relayed]
         # The ledger now holds call_1 relayed cut short too: the prefix's verdict no longer
         # stands, the body is read in full and refused.
         cut = chat_emitted(chat_call("call_1"), "length", "2")
