@@ -8,12 +8,14 @@ import re
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 from yarl import URL
 
-from tests.builders import SALES_TOOL, USER, sales_call, sales_output
-from tests.fixture_types import ProxyFactory
+from tests.builders import SALES_SCHEMA, SALES_TOOL, USER, sales_call, sales_output
+from tests.fixture_types import Clients, ProxyFactory
 from tests.server.checks import scrape
-from tests.servers.recording import RecordingUpstream
+from tests.servers import strict_chat
+from tests.servers.recording import Received, RecordingUpstream
 
 INSTRUCTIONS = "You are a sales assistant. " * 50  # the prefix is past `prefixes.ANCHOR`
 
@@ -91,3 +93,61 @@ async def test_with_no_bytes_to_hold_every_turn_is_read_in_full(
         metrics = await scrape(client, base)
     assert [got.body for got in recording_upstream.received] == [FIRST, SECOND]
     assert gauge(metrics, "replay_proxy_prefix_sessions") == 0
+
+
+# -- a Chat Completions session, every call replayed without a status -------------------------
+
+CHAT_TOOLS: list[Any] = [
+    {"type": "function", "function": {"name": SALES_TOOL["name"], "parameters": SALES_SCHEMA}}
+]
+
+
+async def _calls_one_tool(request: web.Request, received: Received) -> web.StreamResponse:
+    """A completion that calls the sales tool once, under a call id of its turn."""
+    turn = sum(1 for m in received.json()["messages"] if m["role"] == "tool") + 1
+    call = {
+        "id": f"call_{turn}",
+        "type": "function",
+        "function": {"name": SALES_TOOL["name"], "arguments": json.dumps({"region": "apac"})},
+    }
+    answer = strict_chat.completion("")
+    answer["choices"][0]["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+    answer["choices"][0]["finish_reason"] = "tool_calls"
+    return web.json_response(answer)
+
+
+async def test_a_chat_session_under_provenance_is_read_past_its_prefix(
+    recording_upstream: RecordingUpstream, start_proxy: ProxyFactory, client_for: Clients
+) -> None:
+    # Every call the official SDK replays was relayed by the upstream through the proxy (its
+    # ledger says so each turn); each turn after the first extends the body held before it.
+    recording_upstream.handler = _calls_one_tool
+    base = await start_proxy(recording_upstream.url, gate={"require_provenance": True})
+    client = client_for(base)
+    messages: list[Any] = [
+        {"role": "system", "content": INSTRUCTIONS},
+        {"role": "user", "content": "How did APAC do?"},
+    ]
+    for _ in range(4):
+        answer = await client.chat.completions.create(
+            model="m", messages=messages, tools=CHAT_TOOLS
+        )
+        message = answer.choices[0].message
+        assert message.tool_calls is not None
+        messages.append(message.model_dump(exclude_none=True))
+        [call] = message.tool_calls
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "apac: 42 units"})
+    async with aiohttp.ClientSession() as session:
+        metrics = await scrape(session, base)
+    sent = [got.json()["messages"] for got in recording_upstream.received]
+    assert [len(m) for m in sent] == [2, 4, 6, 8]
+    assert sent[-1] == messages[:-2]
+    # One session held: each turn extended the one before (one read in full would have been
+    # held as a session of its own), holding its body, its call ids and the arguments relayed.
+    assert gauge(metrics, "replay_proxy_prefix_sessions") == 1
+    last = recording_upstream.received[-1].body
+    relayed = 3 * len(json.dumps({"region": "apac"}))
+    assert (
+        gauge(metrics, "replay_proxy_prefix_bytes")
+        == len(last) + len("call_1call_2call_3") + relayed
+    )
