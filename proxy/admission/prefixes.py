@@ -44,8 +44,11 @@ ITEMS_KEY: Mapping[Dialect, str] = {OPEN_RESPONSES: "input", CHAT_COMPLETIONS: "
 # A body is found by its first bytes (with its tenant and path): a prefix shorter than this is
 # not held (such a body is cheap to read in full).
 ANCHOR = 1024
-# The item kinds whose verdict depends on no item but their pair (by call id): a kind that
-# declares tools, lists an MCP server's tools or names a recorded item reaches across the body.
+# The item kinds whose verdict depends on no item but their pair (by call id, or a local shell
+# output's `id`): the calls and outputs that pair so, and the hosted calls whose results are in
+# them. A kind that declares tools (`additional_tools`, `tool_search_output`), lists an MCP
+# server's tools, is judged by such a list (`mcp_call`, an MCP approval), pairs by another field
+# (`approval_request_id`) or names a recorded item reaches across the body.
 LOCAL_KINDS = frozenset(
     {
         items.MESSAGE,
@@ -54,6 +57,20 @@ LOCAL_KINDS = frozenset(
         "reasoning",
         "custom_tool_call",
         "custom_tool_call_output",
+        "computer_call",
+        "computer_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "shell_call",
+        "shell_call_output",
+        "apply_patch_call",
+        "apply_patch_call_output",
+        "program",
+        "program_output",
+        "web_search_call",
+        "file_search_call",
+        "image_generation_call",
+        "code_interpreter_call",
     }
 )
 # The ids an item may be paired or told apart by.

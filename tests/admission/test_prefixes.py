@@ -35,6 +35,7 @@ from proxy.state.ledger import Ledger, LedgerFault
 from proxy.state.metrics import Metrics
 from proxy.state.stores import MemoryStore
 from tests.builders import SALES_SCHEMA, SALES_TOOL, USER, sales_call, sales_output
+from tests.gate.test_families import FAMILIES
 
 # Long enough that every body's prefix is past `prefixes.ANCHOR`.
 INSTRUCTIONS = "You are a sales assistant. " * 50
@@ -107,9 +108,19 @@ class Admission:
         )
 
 
-def config_of(max_prefix_bytes: int, gate: dict[str, Any] | None = None) -> Config:
+def config_of(
+    max_prefix_bytes: int, gate: dict[str, Any] | None = None, vendor: str | None = None
+) -> Config:
+    """A config holding at most `max_prefix_bytes` a session; its one upstream of `vendor`
+    (whose vocabulary then judges every kind of item), or of none."""
     limits = {"max_prefix_bytes": max_prefix_bytes, "max_prefix_sessions": 4}
-    return parse_config({"gate": gate or {}, "limits": limits})
+    if vendor is None:
+        return parse_config({"gate": gate or {}, "limits": limits})
+    upstreams = {vendor: {"url": "http://127.0.0.1:1", "vendor": vendor}}
+    routes = [{"upstream": vendor}]
+    return parse_config(
+        {"gate": gate or {}, "limits": limits, "upstreams": upstreams, "routes": routes}
+    )
 
 
 # -- generated sessions -----------------------------------------------------------------------
@@ -151,8 +162,13 @@ STEPS = (
     "pair without status",
     "recorded pair without status",
     "old call recorded again",
+    "hosted call",
+    "pair of another kind",
+    "output of another kind answers an old call",
 )
 TENANT = "t_alice"
+# The call and output families other than function calls whose items pair by call id alone.
+OTHER_PAIRS = ("computer_call", "local_shell_call", "shell_call", "apply_patch_call")
 
 
 @dataclass(frozen=True)
@@ -165,6 +181,16 @@ class Emitted:
     @property
     def response(self) -> dict[str, Any]:
         return {"object": "response", "id": f"resp_{self.serial}", "output": [self.call]}
+
+
+def other_pair(family: str, call_id: str, status: str) -> list[Any]:
+    """A call of `family` (`test_families`'s) and its output, under `call_id`."""
+    call, output = json.loads(json.dumps(FAMILIES[family]).replace('"k1"', f'"{call_id}"'))
+    if "id" in call:
+        call["id"] = f"{call['id']}_{call_id}"
+    if "status" in call:
+        call["status"] = status
+    return [call, output]
 
 
 def without_status(call: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +274,16 @@ def iter_turns(draw: Any) -> Iterator[bytes | Emitted]:
                 status = draw(st.sampled_from(["completed", "incomplete"]))
                 yield Emitted(sales_call(fresh, status=status), fresh)
             new = [without_status(sales_call(fresh)), sales_output(fresh)]
+        elif step == "hosted call":
+            action = {"type": "search", "query": "apac sales"}
+            new = [{"type": "web_search_call", "id": f"ws_{serial}", "status": "completed"}]
+            new[0]["action"] = action
+        elif step == "pair of another kind":
+            status = draw(st.sampled_from(["completed", "completed", "in_progress"]))
+            new = other_pair(draw(st.sampled_from(OTHER_PAIRS)), fresh, status)
+        elif step == "output of another kind answers an old call" and old_ids:
+            old = draw(st.sampled_from(old_ids))
+            new = other_pair(draw(st.sampled_from(OTHER_PAIRS)), old, "completed")[1:]
         elif step == "old call recorded again":
             calls = [i for i in history if isinstance(i, dict) and i.get("type") == "function_call"]
             # Most often one replayed without its status: the ledger decides its verdict.
@@ -293,17 +329,22 @@ def decide_alike(full: Admission, shortcut: Admission, turns: list[bytes | Emitt
 
 
 @pytest.mark.parametrize(
-    "gate",
-    [{"action": "block"}, {"action": "strip"}, {"action": "strip", "require_provenance": True}],
-    ids=["block", "strip", "provenance"],
+    ("gate", "vendor"),
+    [
+        ({"action": "block"}, None),
+        ({"action": "strip"}, None),
+        ({"action": "strip", "require_provenance": True}, None),
+        ({"action": "block"}, "openai"),
+    ],
+    ids=["block", "strip", "provenance", "openai"],
 )
 @GENERATED
 @given(data=st.data())
 def test_the_shortcut_decides_as_a_full_read(
-    data: Any, gate: dict[str, Any], tmp_path: Path
+    data: Any, gate: dict[str, Any], vendor: str | None, tmp_path: Path
 ) -> None:
-    shortcut = Admission(config_of(1 << 20, gate), tmp_path, "shortcut")
-    full = Admission(config_of(0, gate), tmp_path, "full")
+    shortcut = Admission(config_of(1 << 20, gate, vendor), tmp_path, "shortcut")
+    full = Admission(config_of(0, gate, vendor), tmp_path, "full")
     turns = list(iter_turns(data.draw))
 
     decide_alike(full, shortcut, turns)
@@ -508,6 +549,33 @@ def test_an_extended_body_is_read_past_its_verified_prefix(
     ]
     assert reads == [len(first)]  # the second and third were not read in full
     assert admission.caches.prefixes.held() == [len(second) + len("call_1call_2fc_call_1fc_call_2")]
+
+
+WEB_SEARCH = {"type": "web_search_call", "id": "ws_2", "status": "completed"}
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        *(
+            pytest.param(other_pair(family, "call_2", "completed"), id=family)
+            for family in OTHER_PAIRS
+        ),
+        pytest.param([WEB_SEARCH | {"action": {"type": "search", "query": "q"}}], id="web_search"),
+    ],
+)
+@pytest.mark.parametrize("vendor", [None, "openai"])
+def test_a_call_of_another_kind_is_read_past_the_prefix(
+    tmp_path: Path, reads: list[int], new: list[Any], vendor: str | None
+) -> None:
+    admission = Admission(config_of(1 << 20, vendor=vendor), tmp_path, "a")
+    first, second = wire(PAIR_1, []), wire(PAIR_1, new)
+    answers = run(admission, first, second)
+    assert [a[:3] for a in answers] == [
+        ("forward", first, "forward"),
+        ("forward", second, "forward"),
+    ]
+    assert reads == [len(first)]
 
 
 @pytest.mark.parametrize(
