@@ -507,6 +507,32 @@ def test_a_ledger_down_when_a_prefix_asks_it_is_a_503_counted_once(tmp_path: Pat
     assert admission.ledger.stats.faults == {"read": 1}
 
 
+@pytest.mark.parametrize("recorded", ["stop", "length", None], ids=["completed", "cut", "never"])
+def test_a_ledger_down_under_fail_open_decides_as_a_full_read(
+    tmp_path: Path, recorded: str | None
+) -> None:
+    # With fail_open a store that cannot answer counts as holding nothing: the held prefix's
+    # verdicts stand only if it held nothing of its calls either.
+    first = [{"role": "user", "content": "How did APAC do?"}, *chat_pair("call_1")]
+    turns = [chat_wire(first), chat_wire(first + chat_pair("call_2"))]
+    answers = []
+    for size in (1 << 20, 0):
+        admission = Admission(config_of(size), tmp_path, f"a{size}", CHAT)
+        store = FallingStore(max_responses=100, ttl_s=600)
+        admission.ledger = Ledger(store, max_chain=8, fail_open=True)
+
+        async def session(admission: Admission, store: FallingStore) -> list[tuple[Any, ...]]:
+            if recorded is not None:
+                relayed = chat_emitted(chat_call("call_1"), recorded, "1")
+                await admission.ledger.record(ledger_key(TENANT), relayed.response)
+            held = await admission.admit(turns[0], "r0")
+            store.down = True
+            return [held, await admission.admit(turns[1], "r1")]
+
+        answers.append(asyncio.run(session(admission, store)))
+    assert answers[0] == answers[1]
+
+
 # -- the shortcut taken, and not taken ---------------------------------------------------------
 
 
