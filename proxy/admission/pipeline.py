@@ -388,8 +388,7 @@ async def _shortcut(
         recorded.items,
         routed.upstream,
         policy,
-        asked,
-        {} if view is None else dict(view.emitted_calls),
+        *_ledger_held(view),
     )
     caches.prefixes.remember(tenant, request.path, held, found.serial)
     metrics.gate_seconds.observe(time.perf_counter() - started)
@@ -429,10 +428,6 @@ def _remember(
     if located is None:
         return
     fields = {k: v for k, v in parsed.items() if k != key}
-    asked: tuple[str, ...] = ()
-    emitted: Mapping[str, Any] = {}
-    if view is not None and view.calls_alone is not None:
-        asked, emitted = view.calls_alone, dict(view.emitted_calls)
     verified = prefixes.Verified(
         decoded,
         *located,
@@ -441,10 +436,17 @@ def _remember(
         recorded.items,
         routed.upstream,
         routed.policy,
-        asked,
-        emitted,
+        *_ledger_held(view),
     )
     held.remember(ledger_key(request.tenant), request.path, verified, None)
+
+
+def _ledger_held(view: LedgerView | None) -> tuple[tuple[str, ...], Mapping[str, Any]]:
+    """What a held body keeps of the ledger's answer (`prefixes.Verified`): the calls it was
+    asked about alone, and what it held of them; nothing when it was not asked."""
+    if view is None or view.calls_alone is None:
+        return (), {}
+    return view.calls_alone, dict(view.emitted_calls)
 
 
 async def _continued(
