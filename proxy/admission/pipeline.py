@@ -207,7 +207,7 @@ async def admit(
         # upstream, and the findings are audited and counted as any.
         if verdict.findings:
             _audit(request, asked, verdict, audit_log, metrics, upstream, policy)
-        metrics.gate_seconds.observe(time.perf_counter() - started)
+        metrics.gated(time.perf_counter() - started)
         # A rewritten call counts as a rewrite, a refused one as a block, a batch refused
         # without a finding as a body that could not be read.
         counted: Outcome = Outcome.REWRITE if verdict.outcome == Outcome.REWRITE else Outcome.BLOCK
@@ -230,7 +230,7 @@ async def admit(
             verdict = verdict.blocked(over_limit(verdict, str(len(data)), limit))
     if verdict.findings:
         _audit(request, asked, verdict, audit_log, metrics, upstream, policy)
-    metrics.gate_seconds.observe(time.perf_counter() - started)
+    metrics.gated(time.perf_counter() - started)
     outcome = verdict.outcome
     if outcome == "block":
         metrics.count(label, Outcome.BLOCK, upstream, dialect.label)
@@ -391,7 +391,7 @@ async def _shortcut(
         *_ledger_held(view),
     )
     caches.prefixes.remember(tenant, request.path, held, found.serial)
-    metrics.gate_seconds.observe(time.perf_counter() - started)
+    metrics.gated(time.perf_counter() - started)
     return Forward(
         decoded,
         _DECODED,

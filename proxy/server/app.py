@@ -285,8 +285,12 @@ async def metrics(request: web.Request) -> web.Response:
         books.ledger_responses.set(await app[SERVICES].ledger.store.size())
     except LedgerFault as exc:
         app[SERVICES].ledger.fault("size", exc)
-    # Rendering reads every worker's files: not on the event loop.
-    rendered = await asyncio.to_thread(books.render)
+    # Rendering reads every worker's files: not on the event loop. One process's registry is
+    # read on it: what its requests counted since the last scrape is added to it there.
+    if books.multiprocess_dir is None:
+        rendered = books.render()
+    else:
+        rendered = await asyncio.to_thread(books.render)
     return web.Response(body=rendered, headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -44,7 +44,7 @@ class LedgerStats:
         """One response recorded."""
         self.writes += 1
         if self.metrics is not None:
-            self.metrics.ledger_writes.inc()
+            self.metrics.recorded()
             if self.own is not None:
                 self.metrics.ledger_responses.set(len(self.own))
 

@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import re
+from bisect import bisect_left
 from collections.abc import Container, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -123,6 +124,17 @@ class Metrics:
     ) -> None:
         self.multiprocess_dir = multiprocess_dir
         self.registry = CollectorRegistry()
+        # What every request counts and times (its outcome, the gate's time, its upstream's
+        # answer, the response recorded) is held here in plain Python and added to its series
+        # when the registry is collected: prometheus-client's own update checks the metric,
+        # takes a lock and walks a histogram's bounds in Python, some 30 k instructions a
+        # request (`python bench/instructions.py`). A worker writes its file at once: a scrape
+        # another worker answers reads it there.
+        self._deferred = multiprocess_dir is None
+        self._counts: dict[Counter, int] = {}
+        self._timings: dict[Histogram, _Timings] = {}
+        # Registered first, so collected first: any reading of the registry sees every count.
+        self.registry.register(_Pending(self))
         self.requests = Counter(
             "replay_proxy_requests",
             "Requests handled (`upstream`: the name of the upstream its route chose, `-` for a "
@@ -312,7 +324,15 @@ class Metrics:
         child = self._counted.get(key)
         if child is None:
             child = self._counted[key] = self.requests.labels(route, outcome, upstream, dialect)
-        child.inc()
+        self._inc(child)
+
+    def gated(self, seconds: float) -> None:
+        """The gate's time on one body (`replay_proxy_gate_seconds`)."""
+        self._observe(self.gate_seconds, seconds)
+
+    def recorded(self) -> None:
+        """One response recorded to the ledger (`replay_proxy_ledger_writes_total`)."""
+        self._inc(self.ledger_writes)
 
     def found(
         self, reason: str, action: str, tool: str | None, pinned: Container[str], dialect: str
@@ -341,8 +361,36 @@ class Metrics:
                 answers,
                 self.upstream_seconds.labels(upstream, route),
             )
-        children[0].inc()
-        children[1].observe(seconds)
+        self._inc(children[0])
+        self._observe(children[1], seconds)
+
+    def _inc(self, counter: Counter) -> None:
+        if self._deferred:
+            counts = self._counts
+            counts[counter] = counts.get(counter, 0) + 1
+        else:
+            counter.inc()
+
+    def _observe(self, histogram: Histogram, seconds: float) -> None:
+        if not self._deferred:
+            histogram.observe(seconds)
+            return
+        timings = self._timings.get(histogram)
+        if timings is None:
+            timings = self._timings[histogram] = _Timings(histogram)
+        # Its first bound at or over `seconds` (the last is +Inf), as `observe` finds it.
+        timings.counts[bisect_left(timings.bounds, seconds)] += 1
+        timings.total += seconds
+
+    def flush(self) -> None:
+        """Add the counts and times held since the last collection to their series. On the
+        thread that counts (the event loop): the registry's collection calls it."""
+        counts, self._counts = self._counts, {}
+        for counter, count in counts.items():
+            counter.inc(count)
+        timings, self._timings = self._timings, {}
+        for histogram, held in timings.items():
+            held.add_to(histogram)
 
     def render(self) -> bytes:
         """The scrape: this process's registry and its process and Python collectors, or, in
@@ -361,6 +409,36 @@ class Metrics:
         scrape = CollectorRegistry(auto_describe=False)
         scrape.register(_WithoutCreated(sources))
         return generate_latest(scrape)
+
+
+class _Timings:
+    """A histogram's observations held since the last collection: a count per bucket and
+    their sum."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, histogram: Histogram) -> None:
+        self.bounds: list[float] = histogram._upper_bounds  # ends with +Inf
+        self.counts = [0] * len(self.bounds)
+        self.total = 0.0
+
+    def add_to(self, histogram: Histogram) -> None:
+        # A histogram adds one observation at a time; its buckets and sum are its values.
+        histogram._sum.inc(self.total)
+        for bucket, count in zip(histogram._buckets, self.counts, strict=True):
+            if count:
+                bucket.inc(count)
+
+
+class _Pending(Collector):
+    """Collected before the proxy's series: adds what `Metrics` holds to them."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        self.metrics.flush()
+        return iter(())
 
 
 def iter_families() -> Iterator[Family]:

@@ -244,13 +244,16 @@ class Books:
 
     def timed(self) -> int:
         """How many verdicts the gate's time was observed for."""
-        [collected] = self.metrics.gate_seconds.collect()
+        [collected] = [
+            f for f in self.metrics.registry.collect() if f.name == "replay_proxy_gate_seconds"
+        ]
         return sum(int(s.value) for s in collected.samples if s.name.endswith("_count"))
 
     def counted(self) -> set[tuple[str, str]]:
         return {
             (sample.labels["route"], sample.labels["outcome"])
-            for collected in self.metrics.requests.collect()
+            for collected in self.metrics.registry.collect()
+            if collected.name == "replay_proxy_requests"
             for sample in collected.samples
             if sample.name.endswith("_total") and sample.value
         }

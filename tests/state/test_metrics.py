@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.gate.reasons import Outcome
 from proxy.state.metrics import Metrics, bucket_bounds, forget_dead_workers
 
 
@@ -71,6 +75,59 @@ def test_histograms_reach_the_timeouts_they_time() -> None:
         if family.type == "histogram"
     }
     assert bounds == {"replay_proxy_gate_seconds": 30.0, "replay_proxy_upstream_seconds": 130.0}
+
+
+def _samples(registry: CollectorRegistry, name: str) -> dict[tuple[str, str], float]:
+    return {
+        (sample.name, sample.labels.get("le", "")): sample.value
+        for family in registry.collect()
+        if family.name == name
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+# Times on and around the gate's bounds (an observation equal to a bound is within it), and
+# between them.
+_BOUNDS = bucket_bounds(0.00005, 60.0)
+_TIMES = st.one_of(
+    st.sampled_from([0.0, *_BOUNDS, *(b * (1 + 1e-12) for b in _BOUNDS), 61.0, 1e9]),
+    st.floats(min_value=0.0, max_value=100.0),
+)
+
+
+@given(times=st.lists(_TIMES, max_size=40), requests=st.integers(min_value=0, max_value=30))
+def test_held_counts_and_times_read_as_prometheus_client_counts_them(
+    times: list[float], requests: int
+) -> None:
+    """One process holds what each request counts until the registry is read: every reading
+    shows what prometheus-client's own updates would have (a bucket's bound includes it)."""
+    metrics = Metrics()
+    reference = CollectorRegistry()
+    gate = Histogram("replay_proxy_gate_seconds", "-", buckets=_BOUNDS, registry=reference)
+    labels = ["route", "outcome", "upstream", "dialect"]
+    counted = Counter("replay_proxy_requests", "-", labels, registry=reference)
+    # Read once part way, then again: nothing is lost or counted twice across a reading.
+    half = len(times) // 2
+    for index, seconds in enumerate(times):
+        if index == half:
+            assert _samples(metrics.registry, "replay_proxy_gate_seconds") == _samples(
+                reference, "replay_proxy_gate_seconds"
+            )
+        metrics.gated(seconds)
+        gate.observe(seconds)
+    for _ in range(requests):
+        metrics.count("responses", Outcome.FORWARD, "default", "responses")
+        counted.labels("responses", "forward", "default", "responses").inc()
+
+    for name in ("replay_proxy_gate_seconds", "replay_proxy_requests"):
+        got = _samples(metrics.registry, name)
+        assert got.keys() == _samples(reference, name).keys()
+        assert got == pytest.approx(_samples(reference, name))
+    scraped = {
+        family.name: family for family in text_string_to_metric_families(metrics.render().decode())
+    }
+    assert scraped["replay_proxy_gate_seconds"].samples[-2].value == len(times)  # its _count
 
 
 def test_no_created_series() -> None:
