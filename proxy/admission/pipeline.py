@@ -159,12 +159,17 @@ async def admit(
         applied = body.codings(request.content_encoding)
         raw = request.raw
         decoded = body.decode(raw, applied, config.limits.max_body_bytes) if applied else raw
+        # What the ledger answered a prefix's read that failed open: the full read decides on
+        # it, so that one request reads the store (and counts its fault) once.
+        known: LedgerView | None = None
         if sessions is not None:
             # A session's history passed already: only what follows it is read and judged.
             shortcut = await _shortcut(
                 request, config, decoded, sessions, ledger, metrics, label, started
             )
-            if shortcut is not None:
+            if isinstance(shortcut, LedgerView):
+                known = shortcut
+            elif shortcut is not None:
                 return shortcut
         parsed = dialect.parse(decoded)
         routed = _route(request, config, parsed)
@@ -178,7 +183,9 @@ async def admit(
     asked = parsed  # as the client sent it: the audit record's model and previous response
     try:
         await dialect.load(parsed)
-        parsed, seen, view, changed = await _continued(request, config, routed, parsed, ledger)
+        parsed, seen, view, changed = await _continued(
+            request, config, routed, parsed, ledger, known
+        )
     except LedgerFault:
         return _unavailable(dialect, metrics, label, upstream)
     except ProxyError as exc:
@@ -298,14 +305,16 @@ async def _shortcut(
     metrics: Metrics,
     label: str,
     started: float,
-) -> Forward | Answer | None:
+) -> Forward | Answer | LedgerView | None:
     """What to forward when `decoded` extends a body of its session that passed clean (see
     `prefixes`): its new items read strictly and judged with the body's other members, which
     are those already read. None, to read it in full, whenever that judgement could differ from
     the full one's: a new item paired or told apart by an id of the prefix's, of a kind whose
     verdict reaches across the body, or with a finding; another route; a response or an item
     named in the ledger; the ledger holding other than it held of the prefix's calls when they
-    were judged. The 503 when the ledger cannot be read."""
+    were judged. The 503 when the ledger cannot be read; when it fails open, the view it gave
+    (holding nothing) when that differs, for the full read to decide on: the body's calls are
+    those it was asked about."""
     dialect = request.dialect
     key = prefixes.ITEMS_KEY.get(dialect)
     if key is None or config.ledger.whole_items:
@@ -353,7 +362,7 @@ async def _shortcut(
             return _unavailable(dialect, metrics, label, routed.upstream)
         emitted = view.emitted_calls
         if {k: emitted[k] for k in verified.asked if k in emitted} != verified.emitted:
-            return None
+            return view if view.faulted else None
         seen.settle(view)
     bounds = caches.bounds
     limits = dialect.call_limits(policy.vendor)
@@ -450,23 +459,30 @@ def _ledger_held(view: LedgerView | None) -> tuple[tuple[str, ...], Mapping[str,
 
 
 async def _continued(
-    request: Request, config: Config, routed: Routed, parsed: dict[str, Any], ledger: Ledger
+    request: Request,
+    config: Config,
+    routed: Routed,
+    parsed: dict[str, Any],
+    ledger: Ledger,
+    known: LedgerView | None = None,
 ) -> tuple[dict[str, Any], View, LedgerView | None, bool]:
     """The body as its route sends it (its model renamed; a response another upstream made,
     continued, inlined), as the gate reads it (its dialect's view), the ledger's view of what
-    it continues, and whether the body changed. Raises LedgerFault, or ProxyError
-    (`foreign_previous_response`)."""
+    it continues (`known`: read already for its calls alone), and whether the body changed.
+    Raises LedgerFault, or ProxyError (`foreign_previous_response`)."""
     upstream = routed.upstream
     changed = routed.model is not None
     if changed:
         parsed = {**parsed, "model": routed.model}
     seen = request.dialect.view(parsed)
-    view = await ledger.view(
-        ledger_key(request.tenant),
-        seen.body,
-        provenance=routed.policy.require_provenance,
-        upstream=upstream,
-    )
+    view = known
+    if view is None:
+        view = await ledger.view(
+            ledger_key(request.tenant),
+            seen.body,
+            provenance=routed.policy.require_provenance,
+            upstream=upstream,
+        )
     seen.settle(view)
     previous = seen.body.get("previous_response_id")
     if view is None or not isinstance(previous, str):

@@ -176,6 +176,7 @@ class Ledger:
             if not self.fail_open:
                 raise
             missing = True
+            view.faulted = True
         # Only an unknown previous response is waived; a request that names none pairs inline.
         view.trust_unpaired = self.fail_open and missing and previous is not None
         return view

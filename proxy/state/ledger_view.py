@@ -83,6 +83,8 @@ class LedgerView:
     # The call ids it was read for when the request named no response and no item: what the
     # gate decides then depends on the ledger through `emitted_calls` alone. Else None.
     calls_alone: tuple[str, ...] | None = None
+    # The store could not be read and the config fails open: it counts as holding nothing.
+    faulted: bool = False
 
     def calls(self, call_id: str) -> Sequence[Item]:
         return self.chain_calls.get(call_id, ())

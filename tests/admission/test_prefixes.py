@@ -516,6 +516,7 @@ def test_a_ledger_down_under_fail_open_decides_as_a_full_read(
     first = [{"role": "user", "content": "How did APAC do?"}, *chat_pair("call_1")]
     turns = [chat_wire(first), chat_wire(first + chat_pair("call_2"))]
     answers = []
+    faults = []
     for size in (1 << 20, 0):
         admission = Admission(config_of(size), tmp_path, f"a{size}", CHAT)
         store = FallingStore(max_responses=100, ttl_s=600)
@@ -530,7 +531,10 @@ def test_a_ledger_down_under_fail_open_decides_as_a_full_read(
             return [held, await admission.admit(turns[1], "r1")]
 
         answers.append(asyncio.run(session(admission, store)))
+        faults.append(admission.ledger.stats.faults)
     assert answers[0] == answers[1]
+    # One request, one read of the store: its fault is counted once, held prefix or not.
+    assert faults == [{"read": 1}, {"read": 1}]
 
 
 # -- the shortcut taken, and not taken ---------------------------------------------------------
