@@ -30,7 +30,15 @@ from proxy.gate.pairing import NOTHING_RECORDED
 from proxy.gate.policy import Policy
 from proxy.gate.reasons import Outcome
 from proxy.gate.values import value
-from proxy.gate.verdict import Bounds, Verdict, inspect, over_limit, rejection
+from proxy.gate.verdict import (
+    Bounds,
+    Verdict,
+    clean,
+    inspect,
+    judges_nothing,
+    over_limit,
+    rejection,
+)
 from proxy.state import audit
 from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger, LedgerFault
@@ -664,6 +672,8 @@ async def _inspect(
     """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
     config's limits of what a verdict lists (`bounds`), a call within those the target's API
     adds (`limits`). (`offered`: `items.tool_schemas` of its `tools`, when read already.)"""
+    if judges_nothing(parsed):
+        return clean(bounds)  # messages alone: nothing to pair, no schema to compile
     # The tools it declares, found once: the schemas to compile and the calls' both read them.
     listed = isinstance(parsed.get("input"), list)
     declared = items.declared_tools(parsed, offered) if listed else None

@@ -14,7 +14,7 @@ from proxy.gate.caches import GateCaches
 from proxy.gate.items import Item
 from proxy.gate.policy import Policy
 from proxy.gate.reasons import ACTIONS, ALL_REASONS, NOT_REWRITTEN
-from proxy.gate.verdict import Verdict, inspect
+from proxy.gate.verdict import Verdict, inspect, judges_nothing
 
 SETTINGS = settings(
     max_examples=200,
@@ -343,3 +343,62 @@ def test_a_session_re_sending_its_history_gets_fresh_verdicts(
         turn = {**body, "input": deepcopy(history[:end])}
         fresh = inspect(turn, policy, ledger, GateCaches.for_policy(policy))
         assert inspect(turn, policy, ledger, caches) == fresh
+
+
+# -- `judges_nothing`: the bodies admission answers clean without pairing them ----------------
+
+# Items that read as messages or nearly: a role, a type, and now and then a member that makes
+# one something else (an envelope's, an output's, a call's, a reference's, a reasoning item's).
+MESSAGE_LIKE = st.fixed_dictionaries(
+    {"content": st.sampled_from(["hi", [{"type": "input_text", "text": "hi"}]])},
+    optional={
+        "role": st.sampled_from(["user", "assistant", "system", "developer", "tool", 7]),
+        "type": st.sampled_from(["message", "function_call_output", "openai:note", "", None]),
+        "tool_call_id": st.just("call_1"),
+        "tool_calls": st.just([]),
+        "call_id": st.just("call_1"),
+        "output": st.just("42"),
+        "id": st.just("msg_1"),
+        "summary": st.just([]),
+        "encrypted_content": st.just("e"),
+    },
+)
+NEARLY_MESSAGES = st.lists(mostly(MESSAGE_LIKE, JSON), max_size=5)
+
+
+@SETTINGS
+@given(
+    listed=NEARLY_MESSAGES,
+    tools=TOOLS,
+    chat=st.booleans(),
+    policy=policies(),
+    ledger=LEDGERS,
+)
+def test_a_body_judged_for_nothing_is_clean_when_judged_in_full(
+    listed: list[Any], tools: Any, chat: bool, policy: Policy, ledger: Ledger
+) -> None:
+    body: dict[str, Any] = {"model": "m", "input": listed, "tools": tools}
+    if chat:
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    if judges_nothing(body):
+        assert inspect(body, policy, ledger) == inspect({"input": []}, policy)
+
+
+def test_judges_nothing_is_said_of_messages_alone() -> None:
+    user = {"role": "user", "content": "hi"}
+    assistant = {"type": "message", "role": "assistant", "content": [], "id": "msg_1"}
+    assert judges_nothing({"input": [user, assistant], "tools": [{"type": "function"}]})
+    assert judges_nothing({"input": []})
+    others: list[Any] = [
+        {"role": "tool", "tool_call_id": "call_1", "content": "42"},  # an envelope
+        {"role": "assistant", "tool_calls": [], "content": None},
+        {"call_id": "call_1", "output": "42"},  # a typeless output
+        {"role": "user", "content": "hi", "call_id": "call_1", "output": "4"},  # which?
+        {"type": "function_call", "call_id": "c", "name": "n", "arguments": "{}"},
+        {"type": "item_reference", "id": "msg_1"},
+        "not an item",
+    ]
+    for other in others:
+        assert not judges_nothing({"input": [user, other]}), other
+    assert not judges_nothing({"input": [user], "messages": [user]})
+    assert not judges_nothing({"input": "hi"})
