@@ -131,8 +131,7 @@ class Metrics:
         # request (`python bench/instructions.py`). A worker writes its file at once: a scrape
         # another worker answers reads it there.
         self._deferred = multiprocess_dir is None
-        self._counts: dict[Counter, int] = {}
-        self._timings: dict[Histogram, _Timings] = {}
+        self._held: list[_Tally | _Timings] = []  # each series' counts, for `flush`
         # Registered first, so collected first: any reading of the registry sees every count.
         self.registry.register(_Pending(self))
         self.requests = Counter(
@@ -186,10 +185,10 @@ class Metrics:
             ["upstream", "route", "status"],
             registry=self.registry,
         )
-        self._answered: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._answered: dict[tuple[str, str, str], tuple[_Tally, _Timings]] = {}
         # The children of `requests` by their labels, a few dozen at most: labels() validates
         # and locks on every call.
-        self._counted: dict[tuple[str, str, str, str], Counter] = {}
+        self._counted: dict[tuple[str, str, str, str], _Tally] = {}
         self.open_streams = Gauge(
             "replay_proxy_open_streams",
             "Answers (and WebSockets) being relayed from the upstream now.",
@@ -213,6 +212,8 @@ class Metrics:
             "Responses recorded to the ledger (memory or Redis).",
             registry=self.registry,
         )
+        self._gated = self._timings(self.gate_seconds)
+        self._recorded = self._tally(self.ledger_writes)
         # Every worker's memory ledger is its own: the service holds their sum. A Redis
         # ledger is one store: the newest reading of it is what it holds.
         self.ledger_responses = Gauge(
@@ -321,18 +322,28 @@ class Metrics:
         """One request handled (`replay_proxy_requests_total`); `upstream` is `-` when none
         was chosen, `dialect` when no dialect read it."""
         key = (route, outcome, upstream, dialect)
-        child = self._counted.get(key)
-        if child is None:
-            child = self._counted[key] = self.requests.labels(route, outcome, upstream, dialect)
-        self._inc(child)
+        tally = self._counted.get(key)
+        if tally is None:
+            child = self.requests.labels(route, outcome, upstream, dialect)
+            tally = self._counted[key] = self._tally(child)
+        if self._deferred:
+            tally.count += 1
+        else:
+            tally.counter.inc()
 
     def gated(self, seconds: float) -> None:
         """The gate's time on one body (`replay_proxy_gate_seconds`)."""
-        self._observe(self.gate_seconds, seconds)
+        if self._deferred:
+            self._gated.observe(seconds)
+        else:
+            self.gate_seconds.observe(seconds)
 
     def recorded(self) -> None:
         """One response recorded to the ledger (`replay_proxy_ledger_writes_total`)."""
-        self._inc(self.ledger_writes)
+        if self._deferred:
+            self._recorded.count += 1
+        else:
+            self.ledger_writes.inc()
 
     def found(
         self, reason: str, action: str, tool: str | None, pinned: Container[str], dialect: str
@@ -352,45 +363,36 @@ class Metrics:
     def upstream_answered(self, upstream: str, route: str, status: str, seconds: float) -> None:
         """One request sent upstream: how its answer began (or failed), and after how long."""
         key = (upstream, route, status)
-        children = self._answered.get(key)
-        if children is None:
+        held = self._answered.get(key)
+        if held is None:
             # Looked up once per (upstream, route, status), a few of each: labels() validates
             # and locks on every call.
             answers = self.upstream_answers.labels(upstream, route, status)
-            children = self._answered[key] = (
-                answers,
-                self.upstream_seconds.labels(upstream, route),
-            )
-        self._inc(children[0])
-        self._observe(children[1], seconds)
-
-    def _inc(self, counter: Counter) -> None:
+            timed = self.upstream_seconds.labels(upstream, route)
+            held = self._answered[key] = (self._tally(answers), self._timings(timed))
+        tally, timings = held
         if self._deferred:
-            counts = self._counts
-            counts[counter] = counts.get(counter, 0) + 1
+            tally.count += 1
+            timings.observe(seconds)
         else:
-            counter.inc()
+            tally.counter.inc()
+            timings.histogram.observe(seconds)
 
-    def _observe(self, histogram: Histogram, seconds: float) -> None:
-        if not self._deferred:
-            histogram.observe(seconds)
-            return
-        timings = self._timings.get(histogram)
-        if timings is None:
-            timings = self._timings[histogram] = _Timings(histogram)
-        # Its first bound at or over `seconds` (the last is +Inf), as `observe` finds it.
-        timings.counts[bisect_left(timings.bounds, seconds)] += 1
-        timings.total += seconds
+    def _tally(self, counter: Counter) -> _Tally:
+        tally = _Tally(counter)
+        self._held.append(tally)
+        return tally
+
+    def _timings(self, histogram: Histogram) -> _Timings:
+        timings = _Timings(histogram)
+        self._held.append(timings)
+        return timings
 
     def flush(self) -> None:
         """Add the counts and times held since the last collection to their series. On the
         thread that counts (the event loop): the registry's collection calls it."""
-        counts, self._counts = self._counts, {}
-        for counter, count in counts.items():
-            counter.inc(count)
-        timings, self._timings = self._timings, {}
-        for histogram, held in timings.items():
-            held.add_to(histogram)
+        for held in self._held:
+            held.flush()
 
     def render(self) -> bytes:
         """The scrape: this process's registry and its process and Python collectors, or, in
@@ -411,23 +413,48 @@ class Metrics:
         return generate_latest(scrape)
 
 
-class _Timings:
-    """A histogram's observations held since the last collection: a count per bucket and
-    their sum."""
+class _Tally:
+    """A counter's increments since the last collection."""
 
-    __slots__ = ("bounds", "counts", "total")
+    __slots__ = ("count", "counter")
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self.count = 0
+
+    def flush(self) -> None:
+        if self.count:
+            self.counter.inc(self.count)
+            self.count = 0
+
+
+class _Timings:
+    """A histogram's observations since the last collection: a count per bucket, their sum."""
+
+    __slots__ = ("bounds", "counts", "histogram", "total")
 
     def __init__(self, histogram: Histogram) -> None:
+        self.histogram = histogram
         self.bounds: list[float] = histogram._upper_bounds  # ends with +Inf
         self.counts = [0] * len(self.bounds)
         self.total = 0.0
 
-    def add_to(self, histogram: Histogram) -> None:
+    def observe(self, seconds: float) -> None:
+        # Its first bound at or over `seconds`, as prometheus-client's `observe` finds it.
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.total += seconds
+
+    def flush(self) -> None:
         # A histogram adds one observation at a time; its buckets and sum are its values.
+        histogram, counts = self.histogram, self.counts
+        if not any(counts):
+            return
         histogram._sum.inc(self.total)
-        for bucket, count in zip(histogram._buckets, self.counts, strict=True):
+        for bucket, count in zip(histogram._buckets, counts, strict=True):
             if count:
                 bucket.inc(count)
+        self.counts = [0] * len(counts)
+        self.total = 0.0
 
 
 class _Pending(Collector):
