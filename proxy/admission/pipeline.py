@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
@@ -44,8 +44,7 @@ from proxy.state.audit import AuditLog
 from proxy.state.ledger import Ledger, LedgerFault
 from proxy.state.ledger_view import LedgerView, Wanted
 from proxy.state.metrics import Metrics
-from proxy.state.recording import COMPACTION, NO_CONTEXT, Context, kept
-from proxy.state.recording import tools_key as tools_key_of
+from proxy.state.recording import COMPACTION, NO_CONTEXT, Context, Offered, kept, offered_tools
 
 Transport = Literal["http", "websocket", "extproc", "mcp"]
 TRANSPORTS: tuple[Transport, ...] = ("http", "websocket", "extproc", "mcp")
@@ -203,7 +202,7 @@ async def admit(
     bounds = caches.bounds if isinstance(caches, RouteCaches) else bounds_of(config)
     limits = dialect.call_limits(policy.vendor)
     # The function tools it offers, read once: the gate declares them, the record keeps them.
-    offered = items.tool_schemas(parsed.get("tools"))
+    offered = offered_tools(parsed.get("tools"))
     judged = await _inspect(
         seen.body,
         policy,
@@ -212,7 +211,7 @@ async def admit(
         _caches(caches, policy),
         bounds,
         limits,
-        offered if seen.body is parsed else None,
+        offered.schemas if seen.body is parsed else None,
     )
     # In the body's own terms from here on: its findings' places, the items it sends.
     verdict = seen.located(judged)
@@ -375,7 +374,7 @@ async def _shortcut(
     bounds = caches.bounds
     limits = dialect.call_limits(policy.vendor)
     # Its tools read once, as `admit` reads them: the gate declares them, the record keeps them.
-    offered = items.tool_schemas(extended.get("tools"))
+    offered = offered_tools(extended.get("tools"))
     judged = await _inspect(
         seen.body,
         policy,
@@ -384,7 +383,7 @@ async def _shortcut(
         caches.of(policy),
         bounds,
         limits,
-        offered if seen.body is extended else None,
+        offered.schemas if seen.body is extended else None,
     )
     if judged.findings or judged.outcome is not Outcome.FORWARD:
         return None
@@ -588,7 +587,7 @@ def context_of(
     *,
     compacts: bool,
     dialect: Dialect = OPEN_RESPONSES,
-    offered: list[tuple[str, Any]] | None = None,
+    offered: Offered | None = None,
 ) -> Context:
     """What the response this request creates is recorded with: the calls of its input that
     went upstream and passed the gate (none a finding named), an `item_reference` or a
@@ -597,9 +596,9 @@ def context_of(
     A call answered in the same input is left out: no later output may answer it again; so are
     messages (those the proxy relayed were recorded with the response that made them). A
     `/compact` request's context also holds the unanswered calls of the chain it names.
-    (`offered`: `items.tool_schemas` of its `tools`, when read already.)
+    (`offered`: `offered_tools` of its `tools`, when read already.)
     """
-    tools = tuple(items.tool_schemas(parsed.get("tools")) if offered is None else offered)
+    tools, tools_key = offered_tools(parsed.get("tools")) if offered is None else offered
     input_items = dialect.input_items(parsed)
     named = {i for f in verdict.findings for i in (f.index, f.paired_index) if i is not None}
     # Each item's kind read once: a body of a few hundred pairs asks for each several times.
@@ -618,7 +617,6 @@ def context_of(
         if item_kind == items.FUNCTION_CALL_OUTPUT
         if (call_id := items.output_call_id(item)) is not None
     }
-    tools_key = tools_key_of(tools) if tools else None
     found: list[dict[str, Any]] = []
     if compacts and view is not None:
         found += _unanswered((c for calls in view.chain_calls.values() for c in calls), answered)
@@ -667,7 +665,7 @@ async def _inspect(
     caches: GateCaches,
     bounds: Bounds,
     limits: CallLimits | None,
-    offered: list[tuple[str, Any]] | None = None,
+    offered: Sequence[tuple[str, Any]] | None = None,
 ) -> Verdict:
     """Gate a parsed body (as routed, maybe inlined) against its recorded history, within the
     config's limits of what a verdict lists (`bounds`), a call within those the target's API

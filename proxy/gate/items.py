@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 FUNCTION_CALL = "function_call"
@@ -189,7 +189,7 @@ def tool_schemas(tools: Any, namespace: str | None = None) -> list[tuple[str, An
 
 
 def declared_tools(
-    body: Item, offered: list[tuple[str, Any]] | None = None
+    body: Item, offered: Sequence[tuple[str, Any]] | None = None
 ) -> list[tuple[str, Any]]:
     """(name, parameters) of every function tool the request declares: in its `tools` (their
     `tool_schemas`, `offered` when read already), and in the items of its `input` that add

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.state.recording import tools_key
+from proxy.gate import items
+from proxy.state.recording import offered_tools, tools_key
 
 
 def _stdlib(tools: Any) -> str:
@@ -34,3 +35,39 @@ def test_tools_key_is_the_stdlib_hash(tools: tuple[tuple[str, Any], ...]) -> Non
 
 def test_different_tools_have_different_keys() -> None:
     assert tools_key((("f", {"maximum": 1}),)) != tools_key((("f", {"maximum": 1.0}),))
+
+
+# A request's `tools` as clients send them: read whole, or found again by their JSON.
+REQUEST_TOOLS: list[tuple[str, Any]] = [
+    ("none", None),
+    ("not a list", {"type": "function"}),
+    ("no function", [{"type": "web_search"}]),
+    (
+        "functions of both APIs",
+        [
+            {"type": "function", "name": "lookup", "parameters": {"type": "object"}},
+            {"type": "function", "function": {"name": "sales", "parameters": {"maximum": 1.5}}},
+            {"type": "custom", "name": "grammar"},
+        ],
+    ),
+    (
+        "a namespace",
+        [{"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "find"}]}],
+    ),
+    (
+        "an integer beyond 64 bits",
+        [{"type": "function", "name": "f", "parameters": {"maximum": 2**70}}],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("tools"), [row[1] for row in REQUEST_TOOLS], ids=[row[0] for row in REQUEST_TOOLS]
+)
+def test_offered_tools_are_the_schemas_and_their_key(tools: Any) -> None:
+    schemas = tuple(items.tool_schemas(tools))
+    expected = (schemas, tools_key(schemas) if schemas else None)
+    assert offered_tools(tools) == expected
+    assert offered_tools(tools) == expected  # found again by its JSON, the same
+    if schemas:
+        assert expected[1] == _stdlib(schemas)
