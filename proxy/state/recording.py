@@ -61,6 +61,12 @@ def _kept(
     return found
 
 
+# The tools remembered by their JSON (`tools_key`, `offered_tools`): at most 256 sets each,
+# none larger than this, so that what is held stays within a few tens of MB however large a
+# body's tools (up to `limits.max_body_bytes`); a larger set is read again every time.
+_REMEMBERED_TOOLS_BYTES = 64 * 1024
+
+
 def tools_key(tools: Sequence[tuple[str, Any]]) -> str:
     """The hash a set of function tools is stored under, once for every response it made.
 
@@ -72,6 +78,8 @@ def tools_key(tools: Sequence[tuple[str, Any]]) -> str:
     try:
         written = orjson.dumps(tools)
     except orjson.JSONEncodeError:  # an integer beyond 64 bits
+        return _hashed(tools)
+    if len(written) > _REMEMBERED_TOOLS_BYTES:
         return _hashed(tools)
     return _tools_key_of(written)
 
@@ -92,6 +100,8 @@ def offered_tools(tools: Any) -> Offered:
     try:
         written = orjson.dumps(tools)
     except orjson.JSONEncodeError:  # an integer beyond 64 bits
+        return _offered(tools)
+    if len(written) > _REMEMBERED_TOOLS_BYTES:
         return _offered(tools)
     return _offered_of(written)
 

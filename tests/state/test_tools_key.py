@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.gate import items
+from proxy.state import recording
 from proxy.state.recording import offered_tools, tools_key
 
 
@@ -71,3 +72,15 @@ def test_offered_tools_are_the_schemas_and_their_key(tools: Any) -> None:
     assert offered_tools(tools) == expected  # found again by its JSON, the same
     if schemas:
         assert expected[1] == _stdlib(schemas)
+
+
+def test_tools_past_the_bound_are_read_again_not_remembered() -> None:
+    described = {"type": "object", "description": "x" * (80 * 1024)}
+    tools = [{"type": "function", "name": "large", "parameters": described}]
+    schemas = (("large", described),)
+    remembered = (recording._offered_of.cache_info(), recording._tools_key_of.cache_info())
+    assert offered_tools(tools) == (schemas, _stdlib(schemas))
+    assert tools_key(schemas) == _stdlib(schemas)
+    assert (recording._offered_of.cache_info(), recording._tools_key_of.cache_info()) == (
+        remembered
+    )
